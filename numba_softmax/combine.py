@@ -1,0 +1,132 @@
+"""The (m, ℓ) monoid: the one idea every kernel in this package folds.
+
+A row's *state* is a pair (m, ℓ): the largest value seen so far, and the sum of
+exp(x − m) over the values seen so far.  Two states describing disjoint parts of a
+row merge into the state of their union::
+
+    m = max(m_a, m_b)
+    ℓ = ℓ_a · exp(m_a − m) + ℓ_b · exp(m_b − m)
+
+The identity is (−inf, 0): "nothing seen yet".  A single value x is the state (x, 1).
+In exact arithmetic the merge is associative and commutative, so any chunking of a
+row, any order and any reduction tree give the same (m, ℓ) — which is why a thread, a
+warp, a block, a grid of blocks or a ring of GPUs may each fold a piece and merge the
+pieces afterwards (sources: Milakov & Gimelshein's online normaliser, and the chunk
+update derived in the FlashAttention notes).
+
+Attention adds a vector O (the running Σ exp(s − m)·v) to the state; it is re-based by
+the very same factors (:func:`combine_output_np`), so :func:`weight` is the only place
+where a factor is ever formed.
+
+Care points, each handled exactly once, here:
+
+* exp(−inf − (−inf)) is NaN.  A side whose m is −inf (the identity, or a chunk of
+  −inf values) has weight exactly 0 and the NaN is never formed.  Its m is never
+  replaced by 0 either: that "fix" is a known FlashAttention bug.
+* A NaN anywhere makes m and ℓ NaN, a +inf makes ℓ NaN, in any order of merging:
+  ``torch.softmax`` gives a NaN row for both.
+* The functions are written once, in plain Python, and serve three masters: the NumPy
+  references call them, ``cuda.jit(device=True)`` compiles the *same* source for every
+  kernel (the ``*_device`` names below), and the Hypothesis tests target both.
+  They use only arithmetic on their arguments, so a float32 state stays float32 on the
+  device.
+"""
+
+import math
+
+import numpy as np
+from numba import cuda
+
+__all__ = [
+    "IDENTITY",
+    "weight",
+    "combine",
+    "lse",
+    "combine_np",
+    "weight_np",
+    "lse_np",
+    "combine_output_np",
+]
+
+IDENTITY = (-math.inf, 0.0)
+"""The state of an empty set of values."""
+
+
+def weight(m_i, m):
+    """exp(m_i − m): the factor that re-bases a state kept relative to m_i onto m ≥ m_i.
+
+    A side at −inf (the identity, or a masked score) weighs exactly 0; the NaN of
+    exp(−inf − (−inf)) is never formed.  exp(m_i) *is* that 0 (m_i is −inf there), and
+    it keeps the result in m_i's float type on the device.
+    """
+    if m_i > -math.inf:
+        return math.exp(m_i - m)
+    return math.exp(m_i)  # m_i is −inf (→ 0) or NaN (→ NaN, which must propagate)
+
+
+def combine(m_a, l_a, m_b, l_b):
+    """Merge two (m, ℓ) states into the state of their union.
+
+    ``combine(m, l, x, 1)`` is the per-element online-softmax step: fold value x into
+    the running state.  Returns ``(m, l)``.
+
+    >>> combine(0.0, 1.0, 1.0, 1.0)   # the states of [0] and [1] → the state of [0, 1]
+    (1.0, 1.3678794411714423)
+    """
+    # not max(): a NaN on either side must win, whatever the order (m_a != m_a: NaN)
+    m = m_a if (m_a > m_b or m_a != m_a) else m_b
+    return m, l_a * weight(m_a, m) + l_b * weight(m_b, m)
+
+
+def lse(m, l):
+    """log Σ exp(x) = m + log ℓ of a state (its log-sum-exp).
+
+    −inf for the identity (ℓ = 0 happens only with m = −inf), +inf when a +inf was seen
+    (ℓ is NaN then, but the sum is plainly +inf, as ``torch.logsumexp`` says).
+    """
+    if l == 0:
+        return m  # −inf; log(0) would raise on the simulator and in plain Python
+    if m == math.inf:
+        return m
+    return m + math.log(l)
+
+
+# --- device twins: the same source, compiled by numba.cuda for every kernel -----------
+weight_device = cuda.jit(device=True)(weight)
+combine_device = cuda.jit(device=True)(combine)
+lse_device = cuda.jit(device=True)(lse)
+
+
+# --- vectorised twins for the NumPy references (tests prove them equal to the above) --
+def weight_np(m_i, m):
+    """:func:`weight` over arrays."""
+    m_i, m = np.asarray(m_i), np.asarray(m)
+    with np.errstate(invalid="ignore"):  # −inf − (−inf) is formed here, then discarded
+        return np.exp(np.where(m_i > -np.inf, m_i - m, m_i))
+
+
+def combine_np(m_a, l_a, m_b, l_b):
+    """:func:`combine` over arrays (broadcasting), same rules, same NaN propagation."""
+    m_a, m_b = np.asarray(m_a), np.asarray(m_b)
+    m = np.where((m_a > m_b) | np.isnan(m_a), m_a, m_b)
+    return m, l_a * weight_np(m_a, m) + l_b * weight_np(m_b, m)
+
+
+def lse_np(m, l):
+    """:func:`lse` over arrays."""
+    m, l = np.asarray(m), np.asarray(l)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((l == 0) | (m == np.inf), m, m + np.log(np.where(l == 0, 1.0, l)))
+
+
+def combine_output_np(m_a, l_a, o_a, m_b, l_b, o_b):
+    """Merge two (m, ℓ, O) attention states; O = Σ exp(s − m)·v is unnormalised and has
+    one more (last) axis than m and ℓ.  O is re-based by exactly the factors ℓ is::
+
+        m = max(m_a, m_b);  ℓ = w_a·ℓ_a + w_b·ℓ_b;  O = w_a·O_a + w_b·O_b,  w = exp(m_side − m)
+
+    The kernels apply the same two :func:`weight` factors to the O they keep in registers.
+    """
+    m, l = combine_np(m_a, l_a, m_b, l_b)
+    w_a, w_b = weight_np(m_a, m)[..., None], weight_np(m_b, m)[..., None]
+    return m, l, w_a * o_a + w_b * o_b

@@ -1,0 +1,41 @@
+"""Pure NumPy references: one function per algorithm in the sources, float64 by default.
+
+They are the oracles of the tests and the twins of the kernels; read a kernel and its
+reference side by side.
+"""
+
+from .attention import (
+    attention,
+    flash_attention,
+    merge_attention,
+    split_kv_attention,
+    update_out_and_lse,
+)
+from .softmax import (
+    chunk_softmax,
+    log_softmax,
+    logsumexp,
+    merge_chunks,
+    merge_chunks_lse,
+    naive_softmax,
+    online_softmax,
+    online_state,
+    softmax,
+)
+
+__all__ = [
+    "naive_softmax",
+    "softmax",
+    "log_softmax",
+    "logsumexp",
+    "online_state",
+    "online_softmax",
+    "chunk_softmax",
+    "merge_chunks",
+    "merge_chunks_lse",
+    "update_out_and_lse",
+    "attention",
+    "flash_attention",
+    "split_kv_attention",
+    "merge_attention",
+]

@@ -1,0 +1,144 @@
+"""Attention in pure NumPy, float64: materialised, blockwise (FlashAttention), split-KV.
+
+    O = softmax(scale · Q Kᵀ + mask) V,     Q: (..., Sq, D), K: (..., Sk, D), V: (..., Sk, Dv)
+
+The causal mask is aligned bottom-right: query i sees key j iff j <= i + Sk − Sq (equal
+to PyTorch's ``is_causal`` when Sq == Sk).  A query row that sees no key gets O = 0 and
+LSE = −inf, never NaN.  These are the twins of :mod:`numba_softmax.kernels.attention`
+and :mod:`numba_softmax.kernels.decode`.
+"""
+
+import math
+
+import numpy as np
+
+from ..combine import IDENTITY, combine_output_np, lse_np, weight_np
+
+__all__ = [
+    "attention",
+    "flash_attention",
+    "split_kv_attention",
+    "merge_attention",
+    "update_out_and_lse",
+]
+
+
+def _prepare(q, k, v, scale):
+    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    if q.ndim < 2 or k.ndim != q.ndim or v.ndim != q.ndim:
+        raise ValueError(f"q, k, v need the same rank >= 2, got {q.shape}, {k.shape}, {v.shape}")
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2] or not (
+        q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
+    ):
+        raise ValueError(f"incompatible shapes q {q.shape}, k {k.shape}, v {v.shape}")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    return q, k, v, scale
+
+
+def _visible(i, j, sq, sk):
+    """Query i sees key j (bottom-right causal alignment)."""
+    return j <= i + (sk - sq)
+
+
+def _finish(m, l, o, return_lse):
+    """O / ℓ and LSE = m + log ℓ; rows that saw nothing (ℓ = 0) get O = 0, LSE = −inf."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(l[..., None] > 0, o / np.where(l > 0, l, 1.0)[..., None], 0.0)
+    return (out, lse_np(m, l)) if return_lse else out
+
+
+def attention(q, k, v, causal=False, scale=None, return_lse=False):
+    """Materialised attention: the whole (Sq, Sk) score matrix, then safe softmax, then PV."""
+    q, k, v, scale = _prepare(q, k, v, scale)
+    sq, sk = q.shape[-2], k.shape[-2]
+    s = scale * (q @ np.swapaxes(k, -1, -2))
+    if causal:
+        s = np.where(_visible(np.arange(sq)[:, None], np.arange(sk)[None, :], sq, sk), s, -np.inf)
+    m = s.max(axis=-1) if sk else np.full(s.shape[:-1], -np.inf)
+    p = weight_np(s, m[..., None])
+    return _finish(m, p.sum(axis=-1), p @ v, return_lse)
+
+
+def flash_attention(q, k, v, causal=False, scale=None, block_q=64, block_k=64, return_lse=False):
+    """FlashAttention's forward pass: never more than one (block_q, block_k) score tile.
+
+    For each tile of Br = ``block_q`` query rows keep a running state per row,
+    m (max score), ℓ (Σ exp(s − m)) and O (Σ exp(s − m)·v).  For each tile of
+    Bc = ``block_k`` keys:  S = scale·Q_i K_jᵀ (masked), and the tile's own state
+    (rowmax S, Σ exp(S − rowmax), exp(S − rowmax) V_j) is merged in with the combiner.
+    Tiles that lie entirely above the causal diagonal are skipped.  At the end
+    O ← O / ℓ and LSE = m + log ℓ.
+    """
+    if block_q < 1 or block_k < 1:
+        raise ValueError(f"block sizes must be >= 1, got block_q={block_q}, block_k={block_k}")
+    q, k, v, scale = _prepare(q, k, v, scale)
+    sq, sk = q.shape[-2], k.shape[-2]
+    lead = q.shape[:-2]
+    out, lse = np.zeros(lead + (sq, v.shape[-1])), np.zeros(lead + (sq,))
+    for i0 in range(0, sq, block_q):
+        qi = q[..., i0 : i0 + block_q, :]
+        br = qi.shape[-2]
+        m = np.full(lead + (br,), IDENTITY[0])
+        l = np.full(lead + (br,), IDENTITY[1])
+        o = np.zeros(lead + (br, v.shape[-1]))
+        rows = np.arange(i0, i0 + br)[:, None]
+        for j0 in range(0, sk, block_k):
+            if causal and not _visible(i0 + br - 1, j0, sq, sk):
+                break  # this tile and all later ones lie above the diagonal
+            kj, vj = k[..., j0 : j0 + block_k, :], v[..., j0 : j0 + block_k, :]
+            s = scale * (qi @ np.swapaxes(kj, -1, -2))
+            if causal:
+                cols = np.arange(j0, j0 + kj.shape[-2])[None, :]
+                s = np.where(_visible(rows, cols, sq, sk), s, -np.inf)
+            m_t = s.max(axis=-1)
+            p = weight_np(s, m_t[..., None])
+            m, l, o = combine_output_np(m, l, o, m_t, p.sum(axis=-1), p @ vj)
+        out[..., i0 : i0 + br, :], lse[..., i0 : i0 + br] = _finish(m, l, o, True)
+    return (out, lse) if return_lse else out
+
+
+def split_kv_attention(q, k, v, splits, causal=False, scale=None, return_lse=False, order=None):
+    """Flash-decoding: attention over key ranges cut at ``splits`` (interior cut points),
+    one partial (O_s, LSE_s) per range, merged with :func:`merge_attention` in ``order``."""
+    q, k, v, scale = _prepare(q, k, v, scale)
+    sq, sk = q.shape[-2], k.shape[-2]
+    bounds = [0, *splits, sk]
+    parts = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        s = scale * (q @ np.swapaxes(k[..., lo:hi, :], -1, -2))
+        if causal:
+            s = np.where(_visible(np.arange(sq)[:, None], np.arange(lo, hi)[None, :], sq, sk), s, -np.inf)
+        m = s.max(axis=-1) if hi > lo else np.full(s.shape[:-1], -np.inf)
+        p = weight_np(s, m[..., None])
+        parts.append(_finish(m, p.sum(axis=-1), p @ v[..., lo:hi, :], True))
+    order = range(len(parts)) if order is None else order
+    out, lse = None, None
+    for idx in order:
+        o_s, lse_s = parts[idx]
+        out, lse = (o_s, lse_s) if out is None else merge_attention(out, lse, o_s, lse_s)
+    return (out, lse) if return_lse else out
+
+
+def merge_attention(o_a, lse_a, o_b, lse_b):
+    """Merge two normalised partial attention results over disjoint key sets.
+
+    An (O, LSE) pair is the state m = LSE, ℓ = 1, O; after the combiner,
+    O = (w_a·O_a + w_b·O_b) / ℓ and LSE = m + log ℓ.  Both sides empty → O = 0, LSE = −inf.
+    """
+    lse_a, lse_b = np.asarray(lse_a, dtype=np.float64), np.asarray(lse_b, dtype=np.float64)
+    m, l, o = combine_output_np(lse_a, np.ones_like(lse_a), o_a, lse_b, np.ones_like(lse_b), o_b)
+    return _finish(m, l, o, True)  # an LSE of −inf weighs 0, so two empty sides give ℓ = 0
+
+
+def update_out_and_lse(out, lse, block_out, block_lse):
+    """Ring attention's pairwise step (the sources' ``update_out_and_lse``).
+
+    The sources write it with the logistic function σ::
+
+        out ← σ(lse − lse_b)·out + σ(lse_b − lse)·out_b,   lse ← lse + log(1 + exp(lse_b − lse))
+
+    The two σ's are exactly the combiner's weights exp(lse − lse_new) and
+    exp(lse_b − lse_new), so this *is* :func:`merge_attention`; through the combiner an
+    empty side (lse = −inf) weighs 0 instead of producing NaN.
+    """
+    return merge_attention(out, lse, block_out, block_lse)

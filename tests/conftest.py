@@ -1,0 +1,41 @@
+"""Test set-up, decided before numba is imported.
+
+* Where no GPU is usable, run on the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``); an
+  explicit ``NUMBA_ENABLE_CUDASIM`` from the user always wins.  The probe asks the CUDA
+  driver directly (ctypes), so numba is not imported before the choice is made.
+* Hypothesis profiles: ``sim`` (few, small examples: ~400 simulated threads/s),
+  ``gpu`` (many, larger examples) and ``fuzz`` (the long reliability run).  The right one
+  of the first two is loaded by default; ``--hypothesis-profile NAME`` overrides it.
+  ``deadline=None`` everywhere: the first example of a kernel pays its JIT compilation.
+"""
+
+import ctypes
+import os
+
+
+def _gpu_usable():
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+        count = ctypes.c_int(0)
+        return libcuda.cuInit(0) == 0 and libcuda.cuDeviceGetCount(ctypes.byref(count)) == 0 \
+            and count.value > 0
+    except OSError:
+        return False
+
+
+if "NUMBA_ENABLE_CUDASIM" not in os.environ and not _gpu_usable():
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+
+SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+_common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("sim", max_examples=8, **_common)
+settings.register_profile("gpu", max_examples=150, **_common)
+settings.register_profile("fuzz", max_examples=2000, **_common)
+settings.load_profile("sim" if SIMULATOR else "gpu")
+
+
+def pytest_report_header(config):
+    return f"numba_softmax tests on the {'CUDA simulator' if SIMULATOR else 'GPU'}"
