@@ -12,6 +12,7 @@ if _cuda_config.ENABLE_CUDASIM:  # the simulator lacks warp shuffles: supply the
     _sim.install()
 
 from .combine import combine  # noqa: E402
+from .softmax import log_softmax, logsumexp, softmax  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["combine"]
+__all__ = ["combine", "softmax", "log_softmax", "logsumexp"]

@@ -5,30 +5,62 @@ kernels here call ``cuda.shfl_xor_sync`` (the butterfly in :mod:`.kernels.reduce
 the simulator this module teaches the fake ``cuda`` module that call, so the *same*
 kernel source runs in both places.  Nothing here is used on a real GPU.
 
-The emulation assumes what every kernel in this package guarantees: all threads of the
-block reach a shuffle together with a full mask (blocks are whole warps).  Each thread
-posts its value on a per-block board, the block meets at a barrier, each thread reads
-its partner's value, and the block meets again before the board is reused.
+A shuffle is warp-synchronous: the 32 lanes of a warp exchange values together.  The
+emulation gives each simulated warp a board and a barrier: every lane posts its value,
+the warp meets at the barrier, each lane reads its partner's value, and the warp meets
+again before the board is reused.  Like the hardware's full-mask shuffle, it needs
+every lane of the warp to take part (the kernels here use whole warps).
 """
 
 import threading
 
+WARP = 32
+_lock = threading.Lock()
+
+
+class _Warp:
+    def __init__(self, lanes):
+        self.board = [None] * lanes
+        self.barrier = threading.Barrier(lanes)
+
+
+def _warp_of(me):
+    """The board and barrier of the calling thread's warp (made on first use)."""
+    manager = me._manager
+    warp = me.thread_id // WARP
+    with _lock:
+        warps = manager.__dict__.setdefault("_warps", {})
+        if warp not in warps:
+            block = 1
+            for d in manager._block_dim:
+                block *= d
+            warps[warp] = _Warp(min(WARP, block - warp * WARP))
+        return warps[warp]
 
 
 def _shfl_xor_sync(self, mask, value, lane_mask):
     me = threading.current_thread()
-    board = me._manager.__dict__.setdefault("_shfl_board", {})
-    board[me.thread_id] = value
-    me.syncthreads()  # every lane has posted its value
-    partner = me.thread_id ^ lane_mask  # lane_mask < 32: the partner is in the same warp
-    result = board.get(partner, value)
-    me.syncthreads()  # every lane has read before anyone posts the next value
+    warp = _warp_of(me)
+    lane = me.thread_id % WARP
+    warp.board[lane] = value
+    warp.barrier.wait()  # every lane has posted its value
+    partner = lane ^ lane_mask
+    result = warp.board[partner] if partner < len(warp.board) else value
+    warp.barrier.wait()  # every lane has read before anyone posts the next value
     return result
 
 
 def install():
-    """Add the missing warp primitives to the simulator's fake ``cuda`` module (idempotent)."""
+    """Add the missing warp primitives to the simulator's fake ``cuda`` module (idempotent).
+
+    Also shortens the interpreter's thread switch interval: the simulator's block
+    manager polls in a busy loop, and with the default 5 ms interval every barrier
+    round waits out one slice per simulated thread (measured: 5x slower).
+    """
+    import sys
+
     from numba.cuda.simulator.kernelapi import FakeCUDAModule
 
+    sys.setswitchinterval(min(sys.getswitchinterval(), 0.0005))
     if not hasattr(FakeCUDAModule, "shfl_xor_sync"):
         FakeCUDAModule.shfl_xor_sync = _shfl_xor_sync

@@ -1,0 +1,42 @@
+"""What every softmax kernel writes once it knows a row's (m, ℓ): one place, three outputs.
+
+``mode`` is a compile-time constant of each kernel (the factories close over it), so the
+branches below vanish from the compiled code.
+
+    SOFTMAX      p_i   = exp(x_i − m) · (1/ℓ)          row constant c = 1/ℓ
+    LOG_SOFTMAX  log p = (x_i − m) − log ℓ             row constant c = log ℓ
+    LOGSUMEXP    lse   = m + log ℓ                     one value per row, no element pass
+
+Edge rows fall out of the arithmetic, no special cases: a row of all −inf has m = −inf,
+ℓ = 0, so c = 1/0 = inf and exp(−inf − (−inf)) → NaN everywhere, as in PyTorch; a NaN
+or +inf makes ℓ NaN and so the whole row NaN.
+"""
+
+import math
+
+from numba import cuda
+
+from ..combine import lse_device, weight_device
+
+SOFTMAX, LOG_SOFTMAX, LOGSUMEXP = 0, 1, 2
+MODES = {"softmax": SOFTMAX, "log_softmax": LOG_SOFTMAX, "logsumexp": LOGSUMEXP}
+
+
+@cuda.jit(device=True)
+def row_constant(m, l, one, mode):
+    """c: 1/ℓ for softmax, log ℓ for log_softmax, the LSE itself for logsumexp.
+
+    ``one`` is 1 in the accumulator type (a bare 1.0 would be float64)."""
+    if mode == SOFTMAX:
+        return one / l  # ℓ = 0 gives inf, and then NaN: the row is all −inf
+    if mode == LOG_SOFTMAX:
+        return math.log(l) if l != 0 else m  # log 0 = −inf (m is −inf there); log NaN = NaN
+    return lse_device(m, l)
+
+
+@cuda.jit(device=True)
+def element(x, m, c, mode):
+    """The output for one input value x, given the row's m and constant c."""
+    if mode == SOFTMAX:
+        return weight_device(x, m) * c
+    return (x - m) - c

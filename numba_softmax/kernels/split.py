@@ -1,0 +1,83 @@
+"""v4 — split-row softmax: several blocks per row, for few, very long rows.
+
+With one block per row, 1 row × 16M values keeps one multiprocessor busy and leaves the
+other 131 idle.  Cut each row into S pieces, one block each (a grid of rows × S):
+
+    kernel 1  block (r, s) streams piece s of row r with the online pass of
+              :mod:`.online` and writes the piece's (m, ℓ) to a small workspace
+              (rows × S states: 8·rows·S bytes);
+    kernel 2  block (r, s) folds the S states of its row with the combiner — in any
+              order, the result is the same — and normalises piece s.
+
+Memory traffic: read 2·N·b, write N·b, plus the workspace.  The launch boundary between
+the two kernels is the grid-wide barrier.  This is the online merge of the sources used
+across blocks instead of across threads (and the same shape as split-KV decoding).
+NumPy twin: :func:`numba_softmax.reference.merge_chunks` (chunks = pieces).
+"""
+
+import functools
+import math
+
+from numba import cuda
+
+from ..combine import combine_device
+from ._compile import FASTMATH, accumulator
+from .epilogue import LOGSUMEXP, element, row_constant
+from .online import stream_state
+from .reduce import block_combine
+
+
+@functools.cache
+def kernels(dtype, threads, vpt, mode):
+    acc = accumulator(dtype)
+    fold = stream_state(dtype, threads, vpt)
+
+    @cuda.jit(fastmath=FASTMATH)
+    def piece_states(x, piece, m_ws, l_ws):
+        row, s, t = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
+        m_shared = cuda.shared.array(32, acc)
+        l_shared = cuda.shared.array(32, acc)
+        start = s * piece
+        stop = min(start + piece, x.shape[1])
+        m, l = fold(x, row, start, stop)
+        m, l = block_combine(m, l, m_shared, l_shared)
+        if t == 0:
+            m_ws[row, s] = m
+            l_ws[row, s] = l
+
+    @cuda.jit(fastmath=FASTMATH)
+    def normalise(x, piece, m_ws, l_ws, y):
+        row, s, t = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
+        m, l = acc(-math.inf), acc(0.0)
+        for k in range(m_ws.shape[1]):  # every thread folds the row's S states itself
+            m, l = combine_device(m, l, m_ws[row, k], l_ws[row, k])
+        c = row_constant(m, l, acc(1.0), mode)
+        if mode == LOGSUMEXP:
+            if s == 0 and t == 0:
+                y[row, 0] = c
+            return
+        start = s * piece
+        stop = min(start + piece, x.shape[1])
+        for j in range(start + t, stop, threads):
+            y[row, j] = element(acc(x[row, j]), m, c, mode)
+
+    return piece_states, normalise
+
+
+def launch(x, y, mode, threads=256, vpt=8, splits=None, stream=0, num_sms=132):
+    """Run on (rows, n) device arrays; ``splits`` pieces per row (default: enough blocks
+    to give every multiprocessor a few, each piece at least one chunk of T·VPT)."""
+    rows, n = x.shape
+    chunk = threads * vpt
+    if splits is None:
+        splits = max(1, min(-(-n // chunk), -(-4 * num_sms // rows)))
+    if splits < 1:
+        raise ValueError(f"splits must be >= 1, got {splits}")
+    piece = -(-n // splits)
+    splits = -(-n // piece)  # no empty trailing pieces
+    acc_dtype = "float64" if x.dtype.itemsize == 8 else "float32"
+    m_ws = cuda.device_array((rows, splits), dtype=acc_dtype, stream=stream)
+    l_ws = cuda.device_array((rows, splits), dtype=acc_dtype, stream=stream)
+    piece_states, normalise = kernels(x.dtype, threads, vpt, mode)
+    piece_states[(rows, splits), threads, stream](x, piece, m_ws, l_ws)
+    normalise[(rows, splits), threads, stream](x, piece, m_ws, l_ws, y)

@@ -1,0 +1,125 @@
+"""The public softmax API: ``softmax``, ``log_softmax``, ``logsumexp`` on any array kind.
+
+Each call: validate → see the input as rows (:mod:`._arrays`) → pick a kernel → launch
+→ hand the result back as the kind of array that came in.  The kernels never see
+anything but a (rows, n) device array.
+"""
+
+import numpy as np
+from numba import cuda
+
+from . import _arrays
+from .kernels import fused, online, split, three_pass
+from .kernels.epilogue import MODES
+
+METHODS = ("auto", "three_pass", "fused", "online", "split")
+
+
+def _device_limits():
+    """(largest block, multiprocessors); small blocks on the simulator (one Python
+    thread per CUDA thread)."""
+    if _arrays._is_simulator():
+        return 32, 4
+    dev = cuda.get_current_device()
+    return 1024, dev.MULTIPROCESSOR_COUNT
+
+
+def _pow2_at_least(n):
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def choose(method, rows, n, max_threads, num_sms):
+    """The method ``auto`` picks for a (rows, n) problem, and its launch configuration."""
+    if method == "auto":
+        if n <= max_threads * fused.MAX_VPT:
+            method = "fused"
+        elif rows < 2 * num_sms:
+            method = "split"
+        else:
+            method = "online"
+    threads = max_threads if method != "fused" else min(max_threads, max(32, _pow2_at_least(n // 8)))
+    return method, threads
+
+
+def _launch(method, mode, x, y, threads, stream, num_sms):
+    if method == "fused":
+        fused.launch(x, y, mode, threads=threads, vpt=fused.fit_vpt(x.shape[1], threads), stream=stream)
+    elif method == "online":
+        online.launch(x, y, mode, threads=threads, stream=stream)
+    elif method == "split":
+        split.launch(x, y, mode, threads=threads, stream=stream, num_sms=num_sms)
+    else:
+        three_pass.launch(x, y, mode, threads=threads, stream=stream)
+
+
+def _run(mode_name, x, axis, method, out, stream):
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}; got {method!r}")
+    mode = MODES[mode_name]
+    keep_axis = mode_name != "logsumexp"
+    stream = _arrays.as_stream(stream)
+    rows = _arrays.Rows(x, axis, stream)
+    n_out = rows.n if keep_axis else 1
+    target = _arrays.Out(out, rows, keep_axis) if out is not None else None  # checked first
+
+    if rows.view is None:  # an empty axis or no rows: nothing to launch
+        return _arrays.empty_result(rows, keep_axis, target)
+
+    y_dev, y_user = target.rows_buffer() if target is not None else (None, None)
+    direct = y_dev is not None  # the kernel writes straight into out
+    if not direct:
+        y_dev, y_user = rows.empty_like_rows(n_out)
+    max_threads, num_sms = _device_limits()
+    chosen, threads = choose(method, rows.rows, rows.n, max_threads, num_sms)
+    _launch(chosen, mode, rows.view, y_dev, threads, stream, num_sms)
+    if direct:
+        return target.out
+    result = rows.finish(y_user, keep_axis)
+    return target.fill(result) if target is not None else result
+
+
+def softmax(x, axis=-1, *, method="auto", out=None, stream=None):
+    """Softmax along ``axis``: exp(x − m) / ℓ with the row's (m, ℓ).
+
+    Parameters
+    ----------
+    x : NumPy array, or a CUDA array (CuPy, PyTorch CUDA tensor, Numba device array)
+        float16 (accumulated in float32), float32 or float64; any shape and strides.
+        NumPy inputs are computed on the GPU and returned as NumPy; CUDA arrays are
+        returned as the same kind on the same device.  ``x`` is never modified.
+    axis : int
+        The axis to normalise over (negative counts from the end).
+    method : {"auto", "three_pass", "fused", "online", "split"}
+        Which kernel; ``"auto"`` picks by shape (``fused`` when the row fits on chip,
+        ``split`` for few long rows, ``online`` otherwise).
+    out : array, optional
+        Where to write the result: same kind, shape and dtype as the result.  It may be
+        ``x`` itself (in place).
+    stream : Numba stream, CuPy/PyTorch stream, or int handle, optional
+        The CUDA stream to run on; default: the legacy default stream, which orders
+        the call after work already queued by CuPy and PyTorch on *their* defaults.
+        Pass ``torch.cuda.current_stream()`` or ``cupy.cuda.get_current_stream()`` when
+        you work on another stream.
+
+    Semantics follow ``torch.softmax``: −inf entries give 0; a row of all −inf gives a
+    NaN row; a NaN or +inf in a row gives a NaN row; a zero-length axis gives an empty
+    result.
+    """
+    return _run("softmax", x, axis, method, out, stream)
+
+
+def log_softmax(x, axis=-1, *, method="auto", out=None, stream=None):
+    """log softmax along ``axis``: (x − m) − log ℓ.  Arguments as :func:`softmax`."""
+    return _run("log_softmax", x, axis, method, out, stream)
+
+
+def logsumexp(x, axis=-1, *, method="auto", out=None, stream=None):
+    """log Σ exp(x) along ``axis`` = m + log ℓ; the result drops ``axis``.
+
+    −inf for an empty axis or a row of all −inf, +inf for a row holding +inf, NaN for a
+    row holding NaN.  Arguments as :func:`softmax`.
+    """
+    return _run("logsumexp", x, axis, method, out, stream)
