@@ -34,7 +34,7 @@ def _kind(x):
         return "torch"
     if mod == "cupy":
         return "cupy"
-    if cuda.is_cuda_array(x) or type(x).__name__ in ("DeviceNDArray", "FakeCUDAArray"):
+    if hasattr(x, "__cuda_array_interface__") or type(x).__name__ == "FakeCUDAArray":
         return "numba"
     raise TypeError(
         f"expected a NumPy array or a CUDA array (CuPy, PyTorch, Numba), got {type(x).__name__}"

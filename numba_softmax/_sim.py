@@ -1,9 +1,10 @@
 """What the CUDA simulator lacks, supplied only when it is on (``NUMBA_ENABLE_CUDASIM=1``).
 
 The simulator runs each CUDA thread as a Python thread and has no warp shuffles.  The
-kernels here call ``cuda.shfl_xor_sync`` (the butterfly in :mod:`.kernels.reduce`); under
-the simulator this module teaches the fake ``cuda`` module that call, so the *same*
-kernel source runs in both places.  Nothing here is used on a real GPU.
+kernels here call ``cuda.shfl_xor_sync`` (the butterfly in :mod:`.kernels.reduce`) and
+``cuda.syncwarp`` (the attention kernel); under the simulator this module teaches the
+fake ``cuda`` module those calls, so the *same* kernel source runs in both places.
+Nothing here is used on a real GPU.
 
 A shuffle is warp-synchronous: the 32 lanes of a warp exchange values together.  The
 emulation gives each simulated warp a board and a barrier: every lane posts its value,
@@ -50,6 +51,11 @@ def _shfl_xor_sync(self, mask, value, lane_mask):
     return result
 
 
+def _syncwarp(self, mask=0xFFFFFFFF):
+    """``cuda.syncwarp``: the lanes of the calling thread's warp meet (full mask only)."""
+    _warp_of(threading.current_thread()).barrier.wait()
+
+
 def install():
     """Add the missing warp primitives to the simulator's fake ``cuda`` module (idempotent).
 
@@ -64,3 +70,5 @@ def install():
     sys.setswitchinterval(min(sys.getswitchinterval(), 0.0005))
     if not hasattr(FakeCUDAModule, "shfl_xor_sync"):
         FakeCUDAModule.shfl_xor_sync = _shfl_xor_sync
+    if not hasattr(FakeCUDAModule, "syncwarp"):
+        FakeCUDAModule.syncwarp = _syncwarp

@@ -1,0 +1,356 @@
+"""v5 — FlashAttention forward: softmax(scale·Q Kᵀ) V in one pass, never the Sq×Sk matrix.
+
+Attention is a softmax over each row of the score matrix S = scale·Q Kᵀ, followed by a
+weighted sum of the rows of V.  The materialised way writes S (Sq×Sk values) to memory,
+reads it back for the softmax, writes P, reads P back for P·V.  FlashAttention keeps the
+online-softmax state of every query row on chip and streams K and V past it: the state is
+(m, ℓ, O) — the running max, the running Σ exp(s − m), and the running Σ exp(s − m)·v —
+and a tile of keys is folded into it with the combiner of :mod:`numba_softmax.combine`.
+
+The algorithm, in the paper's notation (Dao et al., FlashAttention, Algorithm 1/2)::
+
+    Q is cut into Tr = ⌈Sq/Br⌉ tiles Q_i of Br rows; K, V into Tc = ⌈Sk/Bc⌉ tiles of Bc rows.
+    one block per (batch·head, i):
+        m = −inf, ℓ = 0, O = 0                                   (per row of Q_i, on chip)
+        for j in 0 … Tc−1   (causal: only the tiles that touch the visible keys)
+            S    = scale · Q_i K_jᵀ              (Br×Bc, registers; masked scores are −inf)
+            m'   = max(m, rowmax S)
+            α    = exp(m − m'),  P = exp(S − m')   — both through ``weight``: a −inf
+                                                      side weighs exactly 0, never NaN
+            ℓ    = α·ℓ + rowsum P
+            O    = α·O + P V_j
+            m    = m'
+        O_i = O / ℓ,  LSE_i = m + log ℓ    (a row that saw no key: O = 0, LSE = −inf)
+
+Masking: a key j ≥ Sk (the ragged last tile) and, with ``causal``, a key above the
+diagonal — query i sees key j iff j <= i + Sk − Sq (aligned bottom-right, as in
+:mod:`numba_softmax.reference.attention`) — gets the score −inf.  Tiles that lie entirely
+above the diagonal are never visited: the key loop stops at i0 + Br + Sk − Sq.  The
+heaviest query tiles (the last ones) are scheduled first so that a causal grid ends evenly.
+
+How one block does it (W warps, 32·W threads; every warp owns 4·RPL query rows)::
+
+    lane = 8·rg + cg      rg ∈ 0…3 (row group), cg ∈ 0…7 (column group)
+    rows of lane:         4·RPL·warp + rg + 4·i,  i < RPL        (RPL = rows per lane)
+    S columns of lane:    cg + 8·jj,  jj < Bc/8           → a register tile RPL × Bc/8
+    O columns of lane:    cg + 8·jv,  jv < ⌈Dv/8⌉         → a register tile RPL × ⌈Dv/8⌉
+
+* Q_i (scaled) is staged once, transposed, in shared memory; each K_j tile is staged
+  transposed and each V_j tile as is (float32, whatever the input type); the stride
+  padding keeps every shared-memory read of the inner loops free of bank conflicts.
+* S = Q_i K_jᵀ is an outer product over d: per d a lane reads RPL values of Q and Bc/8
+  of K and does RPL·Bc/8 fused multiply-adds.
+* A row's Bc scores live in the 8 lanes of its row group: the row max is a 3-step
+  ``shfl_xor_sync`` butterfly (offsets 4, 2, 1).  The row *sum* can wait: every lane
+  keeps the partial ℓ of its own columns, re-based by the same α as the others, and the
+  8 partials are added once, at the end.
+* P goes through shared memory (each warp writes and reads only its own rows: a
+  ``syncwarp`` suffices), then O += P V_j is again an outer product, over the Bc keys.
+
+Shared memory, float32: D·(Br+1) + D·(Bc+1) + Bc·8⌈Dv/8⌉ + Br·(Bc+pad) values, under the
+48 KB of static shared memory; :func:`fit_tiles` picks the largest tiles that fit:
+Br×Bc = 64×64 for D ≤ 32, 64×32 for D ≤ 64 (42.5 KB), 32×16 for D ≤ 128 (36 KB).
+Head dimensions up to :data:`MAX_HEAD_DIM` (the registers of the O tile run out beyond).
+
+FLOPs: 2·Sq·Sk·D for Q Kᵀ plus 2·Sq·Sk·Dv for P V — 4·Sq·Sk·D per (batch·head) when
+Dv = D, about half of it with ``causal`` (Sq = Sk).
+Bytes moved per (batch·head), b bytes per value: Q read once (Sq·D·b), O written once
+(Sq·Dv·b), LSE written (4·Sq); K and V are read once per query tile, Tr·Sk·(D+Dv)·b, and
+mostly served from L2 (the blocks of one head run side by side).  Never O(Sq·Sk): the
+materialised version moves ≥ 2·4·Sq·Sk bytes for S and P alone — at Sq = Sk = 32768 that is
+4 GiB per head.
+
+NumPy twin: :func:`numba_softmax.reference.flash_attention` (``block_q`` = Br,
+``block_k`` = Bc).  Source: the (m, ℓ, O) update derived in the sources (the online
+softmax notes and the book section on FlashAttention).
+
+The same kernel, with ``kv_chunk`` < Sk, is the first kernel of split-KV decoding
+(:mod:`.decode`): block z of the grid's third axis takes the keys
+[z·kv_chunk, (z+1)·kv_chunk) and writes its partial (O, LSE) to row z·B + b of ``o``
+and ``lse``.
+"""
+
+import functools
+import math
+
+from numba import cuda
+
+from ..combine import lse_device, weight_device
+from ._compile import FASTMATH, accumulator
+
+FULL_MASK = 0xFFFFFFFF
+MAX_HEAD_DIM = 128
+SHARED_BYTES = 48 * 1024  # numba's static shared memory per block
+GROUP = 8  # lanes per row group: the lanes that share a query row
+
+
+def _p_stride(bc):
+    """Row stride of the P tile: ≡ 8 (mod 16), so that the 4 row groups of a warp hit
+    4 different sets of 8 banks when they write and read P."""
+    s = bc
+    while s % 16 != 8:
+        s += 1
+    return s
+
+
+def _split_rows(block_q):
+    """(warps, rows per lane) for Br = block_q rows: at most 4 rows per lane."""
+    if block_q % 4 or block_q < 4:
+        raise ValueError(f"block_q must be a positive multiple of 4, got {block_q}")
+    if block_q <= 16:
+        return 1, block_q // 4
+    if block_q % 16 or block_q > 128:
+        raise ValueError(f"block_q above 16 must be a multiple of 16 and at most 128, got {block_q}")
+    return block_q // 16, 4
+
+
+def shared_bytes(d, dv, block_q, block_k):
+    """Bytes of shared memory the kernel declares for these sizes (float32 tiles)."""
+    nv = -(-dv // GROUP)
+    return 4 * (d * (block_q + 1) + d * (block_k + 1) + block_k * GROUP * nv
+                + block_q * _p_stride(block_k))
+
+
+def check_tiles(d, dv, block_q, block_k):
+    """ValueError unless (Br, Bc) = (block_q, block_k) is a tiling the kernel supports."""
+    _split_rows(block_q)
+    if block_k % GROUP or block_k < GROUP:
+        raise ValueError(f"block_k must be a positive multiple of {GROUP}, got {block_k}")
+    need = shared_bytes(d, dv, block_q, block_k)
+    if need > SHARED_BYTES:
+        raise ValueError(
+            f"tiles block_q={block_q}, block_k={block_k} need {need} bytes of shared memory "
+            f"with D={d}, Dv={dv}; the limit is {SHARED_BYTES}"
+        )
+
+
+def fit_tiles(d, dv, small=False):
+    """The largest (Br, Bc) whose tiles fit in shared memory; ``small``: the simulator's
+    one-warp tiles (one Python thread per CUDA thread)."""
+    candidates = ((16, 16), (16, 8)) if small else (
+        (64, 64), (64, 32), (32, 32), (32, 16), (16, 16), (16, 8))
+    for block_q, block_k in candidates:
+        if shared_bytes(d, dv, block_q, block_k) <= SHARED_BYTES:
+            return block_q, block_k
+    raise ValueError(f"head dimensions D={d}, Dv={dv} do not fit in shared memory")
+
+
+def check_head_dims(d, dv):
+    if not (1 <= d <= MAX_HEAD_DIM and 1 <= dv <= MAX_HEAD_DIM):
+        raise ValueError(
+            f"head dimensions must be between 1 and {MAX_HEAD_DIM}, got D={d} (q, k) and "
+            f"Dv={dv} (v)"
+        )
+
+
+@functools.cache
+def stager(dtype, threads, rows, cols, width, transpose):
+    """Device function: copy a tile of ``rows`` rows of a (B, H, S, cols) array into a
+    shared (rows, width) array — or (width, rows) with ``transpose`` — times ``sc``, in the
+    accumulator type.  Rows ≥ ``stop`` and columns ≥ ``cols`` (the padding) read as 0.
+
+    Consecutive threads take consecutive columns (coalesced global reads); each thread
+    walks the tile in steps of ``threads`` elements, carrying (row, column) along instead
+    of dividing.
+    """
+    acc = accumulator(dtype)
+    STEP_R, STEP_C = threads // width, threads % width
+
+    @cuda.jit(device=True)
+    def stage(dst, src, b, h, first, stop, sc):
+        tid = cuda.threadIdx.x
+        r, c = tid // width, tid % width
+        while r < rows:
+            x = acc(0.0)
+            if first + r < stop and c < cols:
+                x = acc(src[b, h, first + r, c]) * sc
+            if transpose:
+                dst[c, r] = x
+            else:
+                dst[r, c] = x
+            r += STEP_R
+            c += STEP_C
+            if c >= width:
+                c -= width
+                r += 1
+
+    return stage
+
+
+@functools.cache
+def kernel(dtype, d, dv, block_q, block_k, causal):
+    """The forward kernel for one (dtype, D, Dv, Br, Bc, causal) — all compile-time."""
+    acc = accumulator(dtype)
+    WARPS, RPL = _split_rows(block_q)
+    THREADS = 32 * WARPS
+    BR, BC, D, DV = block_q, block_k, d, dv
+    CPL = BC // GROUP  # S columns per lane
+    NV = -(-DV // GROUP)  # O columns per lane
+    DVP = GROUP * NV  # V tile width, padded with zeros to a whole number of groups
+    PS = _p_stride(BC)
+    stage_q = stager(dtype, THREADS, BR, D, D, True)
+    stage_k = stager(dtype, THREADS, BC, D, D, True)
+    stage_v = stager(dtype, THREADS, BC, DV, DVP, False)
+
+    @cuda.jit(fastmath=FASTMATH)
+    def forward(q, k, v, o, lse, scale, kv_chunk):
+        """q (B, H, Sq, D), k (B, H, Sk, D), v (B, H, Sk, Dv) → o (Z·B, H, Sq, Dv) and
+        lse (Z·B, H, Sq); grid (Tr, B·H, Z)."""
+        tid = cuda.threadIdx.x
+        warp, lane = tid // 32, tid % 32
+        rg, cg = lane // GROUP, lane % GROUP
+        n_heads = q.shape[1]
+        b, h = cuda.blockIdx.y // n_heads, cuda.blockIdx.y % n_heads
+        z = cuda.blockIdx.z
+        zb = z * q.shape[0] + b
+        sq, sk = q.shape[2], k.shape[2]
+        shift = sk - sq  # query i sees key j iff j <= i + shift (causal)
+        tile = cuda.blockIdx.x
+        if causal:
+            tile = cuda.gridDim.x - 1 - tile  # the longest rows first
+        i0 = tile * BR
+        row0 = warp * 4 * RPL  # this warp's first row in the tile
+        kv_lo = z * kv_chunk
+        kv_hi = min(sk, kv_lo + kv_chunk)
+        if causal:
+            kv_hi = min(kv_hi, i0 + BR + shift)  # later keys are above the diagonal for every row
+        sc = acc(scale)
+        neg_inf = acc(-math.inf)
+        zero, one = acc(0.0), acc(1.0)
+
+        # one cuda.shared.array per line: the simulator tells them apart by line
+        q_t = cuda.shared.array((D, BR + 1), acc)  # Q_iᵀ·scale
+        k_t = cuda.shared.array((D, BC + 1), acc)  # K_jᵀ
+        v_s = cuda.shared.array((BC, DVP), acc)  # V_j
+        p_s = cuda.shared.array((BR, PS), acc)  # P, each warp its own rows
+
+        stage_q(q_t, q, b, h, i0, sq, sc)  # Q_i, scaled, transposed
+
+        m = cuda.local.array(RPL, acc)  # the state (m, ℓ, O) of the lane's rows
+        l = cuda.local.array(RPL, acc)  # ℓ over this lane's columns only (summed at the end)
+        o_acc = cuda.local.array((RPL, NV), acc)
+        s = cuda.local.array((RPL, CPL), acc)  # the lane's part of the score tile
+        qv = cuda.local.array(RPL, acc)
+        kv = cuda.local.array(CPL, acc)
+        vv = cuda.local.array(NV, acc)
+        for i in range(RPL):
+            m[i] = neg_inf
+            l[i] = zero
+            for jv in range(NV):
+                o_acc[i, jv] = zero
+
+        for j0 in range(kv_lo, kv_hi, BC):
+            cuda.syncthreads()  # every warp is done with the previous K_j, V_j before they are overwritten
+            stage_k(k_t, k, b, h, j0, kv_hi, one)  # K_jᵀ; keys past the range read as 0
+            stage_v(v_s, v, b, h, j0, kv_hi, one)  # V_j; zeros, not garbage: 0·p is never NaN
+            cuda.syncthreads()  # K_j, V_j (and, the first time, Q_i) are complete before anyone reads them
+
+            # S = Q_i K_jᵀ: an outer product per d over the lane's RPL × CPL tile
+            for i in range(RPL):
+                for jj in range(CPL):
+                    s[i, jj] = zero
+            for dd in range(D):
+                for i in range(RPL):
+                    qv[i] = q_t[dd, row0 + rg + 4 * i]
+                for jj in range(CPL):
+                    kv[jj] = k_t[dd, cg + GROUP * jj]
+                for i in range(RPL):
+                    for jj in range(CPL):
+                        s[i, jj] += qv[i] * kv[jj]
+
+            # mask: the ragged last tile, and the tiles the diagonal crosses
+            if j0 + BC > kv_hi or (causal and j0 + BC - 1 > i0 + shift):
+                for i in range(RPL):
+                    row = i0 + row0 + rg + 4 * i
+                    for jj in range(CPL):
+                        key = j0 + cg + GROUP * jj
+                        if key >= kv_hi or (causal and key > row + shift):
+                            s[i, jj] = neg_inf
+
+            # the online update of each row's (m, ℓ, O)
+            for i in range(RPL):
+                mx = s[i, 0]
+                for jj in range(1, CPL):
+                    mx = s[i, jj] if s[i, jj] > mx else mx
+                offset = GROUP // 2
+                while offset > 0:  # the row max over its 8 lanes
+                    other = cuda.shfl_xor_sync(FULL_MASK, mx, offset)
+                    mx = other if other > mx else mx
+                    offset //= 2
+                m_new = mx if mx > m[i] else m[i]
+                alpha = weight_device(m[i], m_new)  # exp(m − m'), 0 when m = −inf
+                part = zero
+                for jj in range(CPL):
+                    p = weight_device(s[i, jj], m_new)  # exp(s − m'), 0 for a masked score
+                    p_s[row0 + rg + 4 * i, cg + GROUP * jj] = p
+                    part += p
+                l[i] = alpha * l[i] + part
+                m[i] = m_new
+                for jv in range(NV):
+                    o_acc[i, jv] *= alpha
+            cuda.syncwarp(FULL_MASK)  # the warp's P rows are written before its lanes read them
+
+            # O += P V_j: an outer product per key over the lane's RPL × NV tile
+            for c in range(BC):
+                for i in range(RPL):
+                    qv[i] = p_s[row0 + rg + 4 * i, c]
+                for jv in range(NV):
+                    vv[jv] = v_s[c, cg + GROUP * jv]
+                for i in range(RPL):
+                    for jv in range(NV):
+                        o_acc[i, jv] += qv[i] * vv[jv]
+
+        # epilogue: ℓ = Σ of the 8 lanes' partials; O / ℓ and LSE = m + log ℓ
+        for i in range(RPL):
+            lt = l[i]
+            offset = GROUP // 2
+            while offset > 0:
+                lt += cuda.shfl_xor_sync(FULL_MASK, lt, offset)
+                offset //= 2
+            row = i0 + row0 + rg + 4 * i
+            if row < sq:
+                inv = zero
+                if lt != zero:  # ℓ = 0: the row saw no key → O = 0 (and LSE = −inf)
+                    inv = acc(1.0) / lt
+                for jv in range(NV):
+                    col = cg + GROUP * jv
+                    if col < DV:
+                        o[zb, h, row, col] = o_acc[i, jv] * inv
+                if cg == 0:
+                    lse[zb, h, row] = lse_device(m[i], lt)
+
+    return forward, THREADS
+
+
+def launch(q, k, v, o, lse, *, causal=False, scale=None, block_q=None, block_k=None,
+           kv_chunk=None, stream=0, small=False):
+    """Run on 4-D device arrays q (B, H, Sq, D), k (B, H, Sk, D), v (B, H, Sk, Dv).
+
+    ``o`` (Z·B, H, Sq, Dv) and ``lse`` (Z·B, H, Sq, float32) receive the result; Z = 1
+    unless ``kv_chunk`` (keys per split, default Sk) cuts the keys into Z = ⌈Sk/kv_chunk⌉
+    ranges, each written as a normalised partial (see :mod:`.decode`).  ``block_q``,
+    ``block_k``: the tile sizes Br, Bc (default :func:`fit_tiles`).
+    """
+    n_b, n_h, sq, d = q.shape
+    sk, dv = k.shape[2], v.shape[3]
+    check_head_dims(d, dv)
+    if block_q is None or block_k is None:
+        fq, fk = fit_tiles(d, dv, small)
+        block_q, block_k = block_q or fq, block_k or fk
+    check_tiles(d, dv, block_q, block_k)
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    kv_chunk = max(sk, 1) if kv_chunk is None else int(kv_chunk)
+    if kv_chunk < 1:
+        raise ValueError(f"kv_chunk must be >= 1, got {kv_chunk}")
+    splits = max(1, -(-sk // kv_chunk))
+    if o.shape[0] != splits * n_b or lse.shape[0] != splits * n_b:
+        raise ValueError(f"o and lse need {splits}·{n_b} rows on their first axis for "
+                         f"{splits} splits, got {o.shape[0]} and {lse.shape[0]}")
+    if n_b * n_h > 65535 or splits > 65535:
+        raise ValueError(f"at most 65535 batch·heads and splits per launch, got {n_b * n_h} "
+                         f"and {splits}")
+    tiles = -(-sq // block_q)
+    if tiles == 0 or n_b * n_h == 0:
+        return
+    fwd, threads = kernel(q.dtype, d, dv, block_q, block_k, bool(causal))
+    fwd[(tiles, n_b * n_h, splits), threads, stream](q, k, v, o, lse, scale, kv_chunk)
