@@ -45,7 +45,7 @@ MERGE_WARPS = 4  # rows per block in the merge kernels: one warp per query row
 
 
 @functools.cache
-def _merge_kernels(dtype):
+def _merge_kernels(dtype, warps):
     acc = accumulator(dtype)
 
     @cuda.jit(fastmath=FASTMATH)
@@ -55,7 +55,7 @@ def _merge_kernels(dtype):
         warp, lane = cuda.threadIdx.x // 32, cuda.threadIdx.x % 32
         n_b, n_h = o.shape[0], o.shape[1]
         b, h = cuda.blockIdx.y // n_h, cuda.blockIdx.y % n_h
-        row = cuda.blockIdx.x * MERGE_WARPS + warp
+        row = cuda.blockIdx.x * warps + warp
         if row >= o.shape[2]:
             return
         splits = o_ws.shape[0] // n_b
@@ -80,7 +80,7 @@ def _merge_kernels(dtype):
         warp, lane = cuda.threadIdx.x // 32, cuda.threadIdx.x % 32
         n_h = o.shape[1]
         b, h = cuda.blockIdx.y // n_h, cuda.blockIdx.y % n_h
-        row = cuda.blockIdx.x * MERGE_WARPS + warp
+        row = cuda.blockIdx.x * warps + warp
         if row >= o.shape[2]:
             return
         one, zero = acc(1.0), acc(0.0)
@@ -97,9 +97,9 @@ def _merge_kernels(dtype):
     return merge_splits, merge_pair
 
 
-def _merge_grid(o):
+def _merge_grid(o, warps):
     n_b, n_h, s = o.shape[0], o.shape[1], o.shape[2]
-    return (-(-s // MERGE_WARPS), n_b * n_h), 32 * MERGE_WARPS
+    return (-(-s // warps), n_b * n_h), 32 * warps
 
 
 def split_chunk(sk, num_splits, block_k):
@@ -140,21 +140,24 @@ def launch(q, k, v, o, lse, *, num_splits, causal=False, scale=None, block_q=Non
     lse_ws = cuda.device_array((splits * n_b, n_h, sq), dtype=np.float32, stream=stream)
     forward.launch(q, k, v, o_ws, lse_ws, causal=causal, scale=scale, block_q=block_q,
                    block_k=block_k, kv_chunk=kv_chunk, stream=stream, small=small)
-    merge_splits_launch(o_ws, lse_ws, o, lse, stream=stream)
+    merge_splits_launch(o_ws, lse_ws, o, lse, stream=stream, small=small)
 
 
-def merge_splits_launch(o_ws, lse_ws, o, lse, stream=0):
+def merge_splits_launch(o_ws, lse_ws, o, lse, stream=0, small=False):
     """Fold the Z = o_ws.shape[0] / B partials of every query row (kernel 2)."""
     if o.shape[0] * o.shape[1] * o.shape[2] == 0:
         return
-    grid, threads = _merge_grid(o)
-    _merge_kernels(np.dtype(np.float32))[0][grid, threads, stream](o_ws, lse_ws, o, lse)
+    warps = 1 if small else MERGE_WARPS
+    grid, threads = _merge_grid(o, warps)
+    _merge_kernels(np.dtype(np.float32), warps)[0][grid, threads, stream](o_ws, lse_ws, o, lse)
 
 
-def merge_pair_launch(o_a, lse_a, o_b, lse_b, o, lse, stream=0):
+def merge_pair_launch(o_a, lse_a, o_b, lse_b, o, lse, stream=0, small=False):
     """(o, lse) ← merge of two partial results over disjoint key sets; 4-D/3-D device
     arrays (B, H, S, Dv) and (B, H, S).  ``o``/``lse`` may be ``o_a``/``lse_a``."""
     if o.shape[0] * o.shape[1] * o.shape[2] == 0:
         return
-    grid, threads = _merge_grid(o)
-    _merge_kernels(o_a.dtype)[1][grid, threads, stream](o_a, lse_a, o_b, lse_b, o, lse)
+    warps = 1 if small else MERGE_WARPS
+    grid, threads = _merge_grid(o, warps)
+    _merge_kernels(np.dtype(o_a.dtype), warps)[1][grid, threads, stream](
+        o_a, lse_a, o_b, lse_b, o, lse)
