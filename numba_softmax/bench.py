@@ -118,7 +118,7 @@ class Config:
 def make_config(args):
     """The sizes and repeat counts for the command-line flags."""
     if args.sim_smoke:
-        return Config(softmax_shapes=((4, 64),), softmax_dtypes=("float32",),
+        return Config(softmax_shapes=((2, 64),), softmax_dtypes=("float32",),
                       attn_seqs=(16,), attn_dims=(16,), attn_dtypes=("float32",),
                       decode_sks=(64,), attn_causal=(True,), min_reps=3, max_reps=3, warmup=0, cap_s=120.0,
                       copy_bytes=16 << 10, attn_tokens=16, attn_hidden=16, decode_heads=1,

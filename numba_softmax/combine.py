@@ -33,6 +33,7 @@ Care points, each handled exactly once, here:
 """
 
 import math
+import types
 
 import numpy as np
 from numba import cuda
@@ -92,9 +93,17 @@ def lse(m, l):
 
 
 # --- device twins: the same source, compiled by numba.cuda for every kernel -----------
-weight_device = cuda.jit(device=True)(weight)
-combine_device = cuda.jit(device=True)(combine)
-lse_device = cuda.jit(device=True)(lse)
+def _device_twin(fn, **device_helpers):
+    """Compile ``fn``'s own code object for the device, with the helpers it calls bound
+    to *their* device twins (a device function can only call device functions)."""
+    scope = {**fn.__globals__, **device_helpers}
+    clone = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+    return cuda.jit(device=True)(clone)
+
+
+weight_device = _device_twin(weight)
+combine_device = _device_twin(combine, weight=weight_device)
+lse_device = _device_twin(lse)
 
 
 # --- vectorised twins for the NumPy references (tests prove them equal to the above) --

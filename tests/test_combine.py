@@ -113,8 +113,9 @@ def test_chunk_merges_equal_the_whole_row(data, xs):
     cuts, order = data.draw(chunking(x.shape[1]))
     chunks = R.chunk_softmax(x, cuts)
     whole = R.softmax(x)
-    np.testing.assert_allclose(R.merge_chunks(chunks, order), whole, rtol=1e-12, atol=1e-15)
-    np.testing.assert_allclose(R.merge_chunks_lse(chunks), whole, rtol=1e-12, atol=1e-15)
+    # float64 round-off only; subnormal products (exp(−700)·…) lose relative digits
+    np.testing.assert_allclose(R.merge_chunks(chunks, order), whole, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(R.merge_chunks_lse(chunks), whole, rtol=1e-10, atol=1e-14)
 
 
 def test_all_neg_inf_row_is_nan_and_lse_neg_inf():

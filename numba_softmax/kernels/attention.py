@@ -187,7 +187,9 @@ def kernel(dtype, d, dv, block_q, block_k, causal):
     CPL = BC // GROUP  # S columns per lane
     NV = -(-DV // GROUP)  # O columns per lane
     DVP = GROUP * NV  # V tile width, padded with zeros to a whole number of groups
-    PS = _p_stride(BC)
+    # shared tiles; the +1 / padded strides keep the inner loops free of bank conflicts
+    Q_SHAPE, K_SHAPE = (D, BR + 1), (D, BC + 1)
+    V_SHAPE, P_SHAPE = (BC, DVP), (BR, _p_stride(BC))
     stage_q = stager(dtype, THREADS, BR, D, D, True)
     stage_k = stager(dtype, THREADS, BC, D, D, True)
     stage_v = stager(dtype, THREADS, BC, DV, DVP, False)
@@ -219,10 +221,10 @@ def kernel(dtype, d, dv, block_q, block_k, causal):
         zero, one = acc(0.0), acc(1.0)
 
         # one cuda.shared.array per line: the simulator tells them apart by line
-        q_t = cuda.shared.array((D, BR + 1), acc)  # Q_iᵀ·scale
-        k_t = cuda.shared.array((D, BC + 1), acc)  # K_jᵀ
-        v_s = cuda.shared.array((BC, DVP), acc)  # V_j
-        p_s = cuda.shared.array((BR, PS), acc)  # P, each warp its own rows
+        q_t = cuda.shared.array(Q_SHAPE, acc)  # Q_iᵀ·scale
+        k_t = cuda.shared.array(K_SHAPE, acc)  # K_jᵀ
+        v_s = cuda.shared.array(V_SHAPE, acc)  # V_j
+        p_s = cuda.shared.array(P_SHAPE, acc)  # P, each warp its own rows
 
         stage_q(q_t, q, b, h, i0, sq, sc)  # Q_i, scaled, transposed
 
