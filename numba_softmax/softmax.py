@@ -24,35 +24,27 @@ def _device_limits():
     return 1024, dev.MULTIPROCESSOR_COUNT
 
 
-def _pow2_at_least(n):
-    p = 1
-    while p < n:
-        p *= 2
-    return p
-
-
 def choose(method, rows, n, max_threads, num_sms):
-    """The method ``auto`` picks for a (rows, n) problem, and its launch configuration."""
-    if method == "auto":
-        if n <= max_threads * fused.MAX_VPT:
-            method = "fused"
-        elif rows < 2 * num_sms:
-            method = "split"
-        else:
-            method = "online"
-    threads = max_threads if method != "fused" else min(max_threads, max(32, _pow2_at_least(n // 8)))
-    return method, threads
+    """The kernel ``auto`` picks for a (rows, n) problem (from the benchmark: the fused
+    kernel while the row fits on chip, split-row when there are too few rows to fill
+    the multiprocessors, the two-pass online kernel otherwise)."""
+    if method != "auto":
+        return method
+    if n <= max_threads * fused.MAX_VPT:
+        return "fused"
+    return "split" if rows < 2 * num_sms else "online"
 
 
-def _launch(method, mode, x, y, threads, stream, num_sms):
+def _launch(method, mode, x, y, stream, max_threads, num_sms):
     if method == "fused":
-        fused.launch(x, y, mode, threads=threads, vpt=fused.fit_vpt(x.shape[1], threads), stream=stream)
+        fused.launch(x, y, mode, stream=stream, max_threads=max_threads,
+                     rows_per_block=max(1, min(4, max_threads // 32)))
     elif method == "online":
-        online.launch(x, y, mode, threads=threads, stream=stream)
+        online.launch(x, y, mode, threads=max_threads, stream=stream)
     elif method == "split":
-        split.launch(x, y, mode, threads=threads, stream=stream, num_sms=num_sms)
+        split.launch(x, y, mode, threads=min(256, max_threads), stream=stream, num_sms=num_sms)
     else:
-        three_pass.launch(x, y, mode, threads=threads, stream=stream)
+        three_pass.launch(x, y, mode, threads=min(256, max_threads), stream=stream)
 
 
 def _run(mode_name, x, axis, method, out, stream):
@@ -73,8 +65,8 @@ def _run(mode_name, x, axis, method, out, stream):
     if not direct:
         y_dev, y_user = rows.empty_like_rows(n_out)
     max_threads, num_sms = _device_limits()
-    chosen, threads = choose(method, rows.rows, rows.n, max_threads, num_sms)
-    _launch(chosen, mode, rows.view, y_dev, threads, stream, num_sms)
+    chosen = choose(method, rows.rows, rows.n, max_threads, num_sms)
+    _launch(chosen, mode, rows.view, y_dev, stream, max_threads, num_sms)
     if direct:
         return target.out
     result = rows.finish(y_user, keep_axis)

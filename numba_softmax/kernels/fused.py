@@ -1,13 +1,15 @@
 """v2 — fused softmax: the row stays on chip.  One read and one write per element.
 
-One block per row, T threads, each holding VPT values in registers (a row of up to
-T·VPT values).  Thread t owns the values x[t], x[t + T], x[t + 2T], … (coalesced: at
-each step the warp reads 32 neighbours).
+T threads per row, each holding VPT values in registers (a row of up to T·VPT values).
+Thread t owns the values x[t], x[t + T], x[t + 2T], … (coalesced: at each step the warp
+reads 32 neighbours).  Short rows (≤ 32·VPT) get one *warp* each — several rows per
+block, reduced with shuffles alone, no shared memory and no barrier; longer rows get a
+whole block of T threads.
 
     1. load     each thread reads its VPT values once, into registers;
     2. state    each thread folds them into its own (m, ℓ): m = max, ℓ = Σ exp(x − m);
-    3. combine  the block folds the T states into the row's (m, ℓ): warp butterflies,
-                then one more across warps (:mod:`.reduce`);
+    3. combine  the T states fold into the row's (m, ℓ): a warp butterfly, then (for a
+                block per row) one more across warps (:mod:`.reduce`);
     4. write    each thread normalises the values it still holds: exp(x − m)/ℓ.
 
 Memory traffic: read N·b, write N·b bytes for N values of b bytes — the minimum, half of
@@ -26,55 +28,83 @@ from numba import cuda
 from ..combine import weight_device
 from ._compile import FASTMATH, accumulator
 from .epilogue import LOGSUMEXP, element, row_constant
-from .reduce import block_combine
+from .reduce import block_combine, warp_combine
 
 MAX_VPT = 32  # values per thread held in registers; beyond this they would spill
 
 
 @functools.cache
-def kernel(dtype, threads, vpt, mode):
+def kernel(dtype, threads, vpt, mode, row_threads):
     acc = accumulator(dtype)
+    rows_per_block = threads // row_threads
 
     @cuda.jit(fastmath=FASTMATH)
     def fused(x, y):
-        row, t = cuda.blockIdx.x, cuda.threadIdx.x
+        # row_threads = 32: a warp per row (rows_per_block rows per block, reduced with
+        # shuffles alone); otherwise the whole block is one row.  Compile-time choice.
+        row = cuda.blockIdx.x * rows_per_block + cuda.threadIdx.x // row_threads
+        t = cuda.threadIdx.x % row_threads
         n = x.shape[1]
         m_shared = cuda.shared.array(32, acc)
         l_shared = cuda.shared.array(32, acc)
         v = cuda.local.array(vpt, acc)  # this thread's values, in registers (unrolled)
+        if row_threads == 32 and row >= x.shape[0]:
+            return  # a whole warp past the last row: no one below waits for it
 
-        m = acc(-math.inf)  # 1. load (and 2a. the running max)
+        m = acc(-math.inf)  # 1. load (all loads issued before any arithmetic uses them)
         for i in range(vpt):
-            j = t + i * threads
+            j = t + i * row_threads
             v[i] = acc(x[row, j]) if j < n else acc(-math.inf)  # padding: −inf weighs 0
+        for i in range(vpt):  # 2. this thread's state: its max, then Σ exp(v − max)
             m = v[i] if v[i] > m else m
-        l = acc(0.0)  # 2b. ℓ relative to the thread's own max
+        l = acc(0.0)
         for i in range(vpt):
             l += weight_device(v[i], m)
-        m, l = block_combine(m, l, m_shared, l_shared)  # 3. the row's state
+        if row_threads == 32:  # 3. the row's state
+            m, l = warp_combine(m, l)
+        else:
+            m, l = block_combine(m, l, m_shared, l_shared)
         c = row_constant(m, l, acc(1.0), mode)
         if mode == LOGSUMEXP:
             if t == 0:
                 y[row, 0] = c
             return
         for i in range(vpt):  # 4. write from registers
-            j = t + i * threads
+            j = t + i * row_threads
             if j < n:
                 y[row, j] = element(v[i], m, c, mode)
 
     return fused
 
 
-def launch(x, y, mode, threads=128, vpt=None, stream=0):
-    """Run on (rows, n) device arrays; ``y`` is (rows, n), or (rows, 1) for logsumexp."""
+def launch(x, y, mode, threads=None, vpt=None, stream=0, rows_per_block=4, max_threads=1024):
+    """Run on (rows, n) device arrays; ``y`` is (rows, n), or (rows, 1) for logsumexp.
+
+    ``threads`` per row: 32 means a warp per row, ``rows_per_block`` rows per block.
+    Default: a warp per row while a row fits in 32 lanes × ``MAX_VPT`` values, else one
+    block per row with about 16 values per thread (at most ``max_threads``).
+    """
     rows, n = x.shape
+    if threads is None:
+        threads = 32 if n <= 32 * MAX_VPT else min(max_threads, max(64, _pow2_at_least(n // 16)))
     vpt = vpt or fit_vpt(n, threads)
     if threads * vpt < n:
         raise ValueError(
             f"fused keeps a row on chip: at most threads·vpt = {threads}·{vpt} = "
             f"{threads * vpt} values, got a row of {n}; use method='online' or 'split'"
         )
-    kernel(x.dtype, threads, vpt, mode)[rows, threads, stream](x, y)
+    if threads == 32:  # warp per row, several rows per block
+        grid = -(-rows // rows_per_block)
+        kernel(x.dtype, 32 * rows_per_block, vpt, mode, 32)[grid, 32 * rows_per_block, stream](x, y)
+    else:
+        kernel(x.dtype, threads, vpt, mode, threads)[rows, threads, stream](x, y)
+
+
+def _pow2_at_least(n):
+    p = 1
+    while p < n:
+        p *= 2
+    return p
 
 
 def fit_vpt(n, threads):

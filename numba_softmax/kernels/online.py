@@ -57,6 +57,7 @@ def stream_state(dtype, threads, vpt):
 @functools.cache
 def kernel(dtype, threads, vpt, mode):
     acc = accumulator(dtype)
+    chunk = threads * vpt
     fold = stream_state(dtype, threads, vpt)
 
     @cuda.jit(fastmath=FASTMATH)
@@ -73,13 +74,20 @@ def kernel(dtype, threads, vpt, mode):
             if t == 0:
                 y[row, 0] = c
             return
-        for j in range(t, n, threads):  # pass 2: re-read and write
-            y[row, j] = element(acc(x[row, j]), m, c, mode)
+        v = cuda.local.array(vpt, acc)
+        for base in range(0, n, chunk):  # pass 2: re-read and write, a chunk at a time
+            for i in range(vpt):  # VPT loads in flight per thread, as in pass 1
+                j = base + t + i * threads
+                v[i] = acc(x[row, j]) if j < n else acc(0.0)
+            for i in range(vpt):
+                j = base + t + i * threads
+                if j < n:
+                    y[row, j] = element(v[i], m, c, mode)
 
     return online
 
 
-def launch(x, y, mode, threads=256, vpt=8, stream=0):
+def launch(x, y, mode, threads=1024, vpt=4, stream=0):
     """Run on (rows, n) device arrays; ``y`` is (rows, n), or (rows, 1) for logsumexp."""
     rows = x.shape[0]
     kernel(x.dtype, threads, vpt, mode)[rows, threads, stream](x, y)

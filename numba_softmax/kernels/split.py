@@ -6,8 +6,9 @@ other 131 idle.  Cut each row into S pieces, one block each (a grid of rows × S
     kernel 1  block (r, s) streams piece s of row r with the online pass of
               :mod:`.online` and writes the piece's (m, ℓ) to a small workspace
               (rows × S states: 8·rows·S bytes);
-    kernel 2  block (r, s) folds the S states of its row with the combiner — in any
-              order, the result is the same — and normalises piece s.
+    kernel 2  block (r, s) folds the S states of its row with the combiner (each thread
+              a few, then the block combine — any order gives the same state) and
+              normalises piece s.
 
 Memory traffic: read 2·N·b, write N·b, plus the workspace.  The launch boundary between
 the two kernels is the grid-wide barrier.  This is the online merge of the sources used
@@ -48,9 +49,12 @@ def kernels(dtype, threads, vpt, mode):
     @cuda.jit(fastmath=FASTMATH)
     def normalise(x, piece, m_ws, l_ws, y):
         row, s, t = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
+        m_shared = cuda.shared.array(32, acc)
+        l_shared = cuda.shared.array(32, acc)
         m, l = acc(-math.inf), acc(0.0)
-        for k in range(m_ws.shape[1]):  # every thread folds the row's S states itself
+        for k in range(t, m_ws.shape[1], threads):  # the block folds the row's S states
             m, l = combine_device(m, l, m_ws[row, k], l_ws[row, k])
+        m, l = block_combine(m, l, m_shared, l_shared)
         c = row_constant(m, l, acc(1.0), mode)
         if mode == LOGSUMEXP:
             if s == 0 and t == 0:
@@ -65,12 +69,12 @@ def kernels(dtype, threads, vpt, mode):
 
 
 def launch(x, y, mode, threads=256, vpt=8, splits=None, stream=0, num_sms=132):
-    """Run on (rows, n) device arrays; ``splits`` pieces per row (default: enough blocks
-    to give every multiprocessor a few, each piece at least one chunk of T·VPT)."""
+    """Run on (rows, n) device arrays; ``splits`` pieces per row (default: about eight
+    blocks per multiprocessor, each piece at least one chunk of T·VPT)."""
     rows, n = x.shape
     chunk = threads * vpt
     if splits is None:
-        splits = max(1, min(-(-n // chunk), -(-4 * num_sms // rows)))
+        splits = max(1, min(-(-n // chunk), -(-8 * num_sms // rows)))
     if splits < 1:
         raise ValueError(f"splits must be >= 1, got {splits}")
     piece = -(-n // splits)
