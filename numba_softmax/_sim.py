@@ -13,9 +13,17 @@ again before the board is reused.  Like the hardware's full-mask shuffle, it nee
 every lane of the warp to take part (the kernels here use whole warps).
 """
 
+import os
 import threading
 
 WARP = 32
+
+
+def simulator_enabled():
+    """True when numba runs kernels on the CUDA simulator."""
+    from numba.cuda.core import config
+
+    return bool(config.ENABLE_CUDASIM) or os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 _lock = threading.Lock()
 
 

@@ -162,8 +162,8 @@ def test_bad_out():
 
 
 def test_fused_refuses_rows_that_do_not_fit():
-    x = cuda.to_device(np.ones((1, 100), np.float32))
-    y = cuda.device_array((1, 100), np.float32)
+    x = cuda.to_device(np.ones((1, 200), np.float32))  # 200 > 32 threads · 4 values
+    y = cuda.device_array((1, 200), np.float32)
     with pytest.raises(ValueError, match="on chip"):
         fused.launch(x, y, MODES["softmax"], threads=32, vpt=2)
 

@@ -26,6 +26,7 @@ import math
 from numba import cuda
 
 from ..combine import weight_device
+from . import vector
 from ._compile import FASTMATH, accumulator
 from .epilogue import LOGSUMEXP, element, row_constant
 from .reduce import block_combine, warp_combine
@@ -34,9 +35,10 @@ MAX_VPT = 32  # values per thread held in registers; beyond this they would spil
 
 
 @functools.cache
-def kernel(dtype, threads, vpt, mode, row_threads):
+def kernel(dtype, threads, vpt, mode, row_threads, width):
     acc = accumulator(dtype)
     rows_per_block = threads // row_threads
+    load, store = vector.io(width)
 
     @cuda.jit(fastmath=FASTMATH)
     def fused(x, y):
@@ -51,11 +53,16 @@ def kernel(dtype, threads, vpt, mode, row_threads):
         if row_threads == 32 and row >= x.shape[0]:
             return  # a whole warp past the last row: no one below waits for it
 
-        m = acc(-math.inf)  # 1. load (all loads issued before any arithmetic uses them)
+        # 1. load: VPT values as VPT/W vectors of W, all issued before any is used
+        for i in range(vpt // width):
+            j = (t + i * row_threads) * width  # thread t's i-th vector: coalesced
+            if j + width <= n:
+                load(x, row, j, v, i * width)
+            else:  # the ragged end of the row; padding is −inf, which weighs 0
+                for k in range(width):
+                    v[i * width + k] = acc(x[row, j + k]) if j + k < n else acc(-math.inf)
+        m = acc(-math.inf)  # 2. this thread's state: its max, then Σ exp(v − max)
         for i in range(vpt):
-            j = t + i * row_threads
-            v[i] = acc(x[row, j]) if j < n else acc(-math.inf)  # padding: −inf weighs 0
-        for i in range(vpt):  # 2. this thread's state: its max, then Σ exp(v − max)
             m = v[i] if v[i] > m else m
         l = acc(0.0)
         for i in range(vpt):
@@ -69,10 +76,16 @@ def kernel(dtype, threads, vpt, mode, row_threads):
             if t == 0:
                 y[row, 0] = c
             return
-        for i in range(vpt):  # 4. write from registers
-            j = t + i * row_threads
-            if j < n:
-                y[row, j] = element(v[i], m, c, mode)
+        for i in range(vpt):  # 4. normalise in registers, then write W at a time
+            v[i] = element(v[i], m, c, mode)
+        for i in range(vpt // width):
+            j = (t + i * row_threads) * width
+            if j + width <= n:
+                store(y, row, j, v, i * width)
+            else:
+                for k in range(width):
+                    if j + k < n:
+                        y[row, j + k] = v[i * width + k]
 
     return fused
 
@@ -85,19 +98,20 @@ def launch(x, y, mode, threads=None, vpt=None, stream=0, rows_per_block=4, max_t
     block per row with about 16 values per thread (at most ``max_threads``).
     """
     rows, n = x.shape
+    width = vector.vector_width(x) if mode == LOGSUMEXP else vector.vector_width(x, y)
     if threads is None:
         threads = 32 if n <= 32 * MAX_VPT else min(max_threads, max(64, _pow2_at_least(n // 16)))
-    vpt = vpt or fit_vpt(n, threads)
-    if threads * vpt < n:
+    vpt = max(vpt or fit_vpt(n, threads), width)
+    if threads * vpt < n or vpt % width:
         raise ValueError(
             f"fused keeps a row on chip: at most threads·vpt = {threads}·{vpt} = "
             f"{threads * vpt} values, got a row of {n}; use method='online' or 'split'"
         )
     if threads == 32:  # warp per row, several rows per block
         grid = -(-rows // rows_per_block)
-        kernel(x.dtype, 32 * rows_per_block, vpt, mode, 32)[grid, 32 * rows_per_block, stream](x, y)
+        kernel(x.dtype, 32 * rows_per_block, vpt, mode, 32, width)[grid, 32 * rows_per_block, stream](x, y)
     else:
-        kernel(x.dtype, threads, vpt, mode, threads)[rows, threads, stream](x, y)
+        kernel(x.dtype, threads, vpt, mode, threads, width)[rows, threads, stream](x, y)
 
 
 def _pow2_at_least(n):

@@ -21,18 +21,20 @@ import math
 from numba import cuda
 
 from ..combine import combine_device, weight_device
+from . import vector
 from ._compile import FASTMATH, accumulator
 from .epilogue import LOGSUMEXP, element, row_constant
 from .reduce import block_combine
 
 
 @functools.cache
-def stream_state(dtype, threads, vpt):
+def stream_state(dtype, threads, vpt, width):
     """Device function: this thread's (m, ℓ) over x[row, start:stop], read in chunks of
-    T·VPT values (pass 1).  Shared with the split-row kernel, which streams a piece of a
-    row the same way."""
+    T·VPT values, W at a time (pass 1).  Shared with the split-row kernel, which streams
+    a piece of a row the same way.  ``start`` must be a multiple of W."""
     acc = accumulator(dtype)
     chunk = threads * vpt
+    load, _ = vector.io(width)
 
     @cuda.jit(device=True)
     def fold(x, row, start, stop):
@@ -40,10 +42,15 @@ def stream_state(dtype, threads, vpt):
         v = cuda.local.array(vpt, acc)  # one chunk's values, in registers (unrolled)
         m, l = acc(-math.inf), acc(0.0)
         for base in range(start, stop, chunk):
+            for i in range(vpt // width):  # all loads of the chunk before any exp
+                j = base + (t + i * threads) * width
+                if j + width <= stop:
+                    load(x, row, j, v, i * width)
+                else:  # the ragged end: padding is −inf, which weighs 0
+                    for k in range(width):
+                        v[i * width + k] = acc(x[row, j + k]) if j + k < stop else acc(-math.inf)
             m_chunk = acc(-math.inf)
-            for i in range(vpt):  # all loads of the chunk are issued before any exp
-                j = base + t + i * threads
-                v[i] = acc(x[row, j]) if j < stop else acc(-math.inf)  # −inf weighs 0
+            for i in range(vpt):
                 m_chunk = v[i] if v[i] > m_chunk else m_chunk
             l_chunk = acc(0.0)
             for i in range(vpt):
@@ -55,10 +62,44 @@ def stream_state(dtype, threads, vpt):
 
 
 @functools.cache
-def kernel(dtype, threads, vpt, mode):
+def normalise_range(dtype, threads, vpt, width, mode):
+    """Device function: y[row, start:stop] = output(x[row, start:stop]) given the row's m
+    and constant c (pass 2), with the same chunks and vectors as pass 1."""
     acc = accumulator(dtype)
     chunk = threads * vpt
-    fold = stream_state(dtype, threads, vpt)
+    load, store = vector.io(width)
+
+    @cuda.jit(device=True)
+    def write(x, y, row, start, stop, m, c):
+        t = cuda.threadIdx.x
+        v = cuda.local.array(vpt, acc)
+        for base in range(start, stop, chunk):
+            for i in range(vpt // width):  # VPT loads in flight per thread
+                j = base + (t + i * threads) * width
+                if j + width <= stop:
+                    load(x, row, j, v, i * width)
+                else:
+                    for k in range(width):
+                        v[i * width + k] = acc(x[row, j + k]) if j + k < stop else acc(0.0)
+            for i in range(vpt):
+                v[i] = element(v[i], m, c, mode)
+            for i in range(vpt // width):
+                j = base + (t + i * threads) * width
+                if j + width <= stop:
+                    store(y, row, j, v, i * width)
+                else:
+                    for k in range(width):
+                        if j + k < stop:
+                            y[row, j + k] = v[i * width + k]
+
+    return write
+
+
+@functools.cache
+def kernel(dtype, threads, vpt, mode, width):
+    acc = accumulator(dtype)
+    fold = stream_state(dtype, threads, vpt, width)
+    write = normalise_range(dtype, threads, vpt, width, mode)
 
     @cuda.jit(fastmath=FASTMATH)
     def online(x, y):
@@ -74,20 +115,13 @@ def kernel(dtype, threads, vpt, mode):
             if t == 0:
                 y[row, 0] = c
             return
-        v = cuda.local.array(vpt, acc)
-        for base in range(0, n, chunk):  # pass 2: re-read and write, a chunk at a time
-            for i in range(vpt):  # VPT loads in flight per thread, as in pass 1
-                j = base + t + i * threads
-                v[i] = acc(x[row, j]) if j < n else acc(0.0)
-            for i in range(vpt):
-                j = base + t + i * threads
-                if j < n:
-                    y[row, j] = element(v[i], m, c, mode)
+        write(x, y, row, 0, n, m, c)  # pass 2: re-read and write
 
     return online
 
 
-def launch(x, y, mode, threads=1024, vpt=4, stream=0):
+def launch(x, y, mode, threads=1024, vpt=8, stream=0):
     """Run on (rows, n) device arrays; ``y`` is (rows, n), or (rows, 1) for logsumexp."""
-    rows = x.shape[0]
-    kernel(x.dtype, threads, vpt, mode)[rows, threads, stream](x, y)
+    width = vector.vector_width(x) if mode == LOGSUMEXP else vector.vector_width(x, y)
+    vpt = max(vpt, width)
+    kernel(x.dtype, threads, vpt, mode, width)[x.shape[0], threads, stream](x, y)

@@ -23,15 +23,17 @@ from numba import cuda
 
 from ..combine import combine_device
 from ._compile import FASTMATH, accumulator
-from .epilogue import LOGSUMEXP, element, row_constant
-from .online import stream_state
+from . import vector
+from .epilogue import LOGSUMEXP, row_constant
+from .online import normalise_range, stream_state
 from .reduce import block_combine
 
 
 @functools.cache
-def kernels(dtype, threads, vpt, mode):
+def kernels(dtype, threads, vpt, mode, width):
     acc = accumulator(dtype)
-    fold = stream_state(dtype, threads, vpt)
+    fold = stream_state(dtype, threads, vpt, width)
+    write = normalise_range(dtype, threads, vpt, width, mode)
 
     @cuda.jit(fastmath=FASTMATH)
     def piece_states(x, piece, m_ws, l_ws):
@@ -61,9 +63,7 @@ def kernels(dtype, threads, vpt, mode):
                 y[row, 0] = c
             return
         start = s * piece
-        stop = min(start + piece, x.shape[1])
-        for j in range(start + t, stop, threads):
-            y[row, j] = element(acc(x[row, j]), m, c, mode)
+        write(x, y, row, start, min(start + piece, x.shape[1]), m, c)
 
     return piece_states, normalise
 
@@ -77,11 +77,15 @@ def launch(x, y, mode, threads=256, vpt=8, splits=None, stream=0, num_sms=132):
         splits = max(1, min(-(-n // chunk), -(-8 * num_sms // rows)))
     if splits < 1:
         raise ValueError(f"splits must be >= 1, got {splits}")
+    width = vector.vector_width(x) if mode == LOGSUMEXP else vector.vector_width(x, y)
+    vpt = max(vpt, width)
+    chunk = threads * vpt
     piece = -(-n // splits)
+    piece = -(-piece // chunk) * chunk  # whole chunks: every piece starts vector-aligned
     splits = -(-n // piece)  # no empty trailing pieces
     acc_dtype = "float64" if x.dtype.itemsize == 8 else "float32"
     m_ws = cuda.device_array((rows, splits), dtype=acc_dtype, stream=stream)
     l_ws = cuda.device_array((rows, splits), dtype=acc_dtype, stream=stream)
-    piece_states, normalise = kernels(x.dtype, threads, vpt, mode)
+    piece_states, normalise = kernels(x.dtype, threads, vpt, mode, width)
     piece_states[(rows, splits), threads, stream](x, piece, m_ws, l_ws)
     normalise[(rows, splits), threads, stream](x, piece, m_ws, l_ws, y)

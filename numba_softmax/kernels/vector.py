@@ -1,0 +1,132 @@
+"""16-byte loads and stores: the one thing plain Numba indexing does not give us.
+
+``x[row, j]`` compiles to a 4-byte load; a memory-bound kernel wants each thread to move
+16 bytes per instruction (4 float32, 8 float16, 2 float64), coalesced across the warp.
+Numba has no vector load, so this module adds one with a small ``@intrinsic``: it takes
+the address of ``x[row, j]``, views it as a ``<W x dtype>`` vector in global memory, and
+loads it with 16-byte alignment (PTX ``ld.global.v4.f32`` for float32).
+
+    load(x, row, j, v, offset)    v[offset + k] = x[row, j + k],  k < W   (cast to v's type)
+    store(y, row, j, v, offset)   y[row, j + k] = v[offset + k],  k < W
+
+Callers guarantee what the hardware needs (the host checks it before choosing W > 1):
+unit column stride, row stride a multiple of W, a 16-byte aligned base, j % W == 0 and
+j + W <= n.  With W = 1 both are plain indexing.
+
+Under the CUDA simulator (no intrinsics there) the same names are plain Python loops —
+an emulation used only there; the kernels' source is the same.
+"""
+
+import functools
+
+import numpy as np
+
+from .._sim import simulator_enabled
+
+VECTOR_BYTES = 16
+
+
+def width_for(dtype):
+    """Values per 16-byte vector for ``dtype``."""
+    return VECTOR_BYTES // np.dtype(dtype).itemsize
+
+
+if simulator_enabled():
+
+    @functools.cache
+    def io(width):
+        def load(x, row, j, v, offset):
+            for k in range(width):
+                v[offset + k] = x[row, j + k]
+
+        def store(y, row, j, v, offset):
+            for k in range(width):
+                y[row, j + k] = v[offset + k]
+
+        return load, store
+
+else:
+    from llvmlite import ir
+    from numba import cuda, types
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
+    def _element_pointer(context, builder, arr_type, arr, row, row_type, j, j_type):
+        ary = context.make_array(arr_type)(context, builder, value=arr)
+        idx = [context.cast(builder, row, row_type, types.intp),
+               context.cast(builder, j, j_type, types.intp)]
+        return cgutils.get_item_pointer(context, builder, arr_type, ary, idx, wraparound=False)
+
+    def _local_pointer(context, builder, arr_type, arr, offset, off_type, k):
+        ary = context.make_array(arr_type)(context, builder, value=arr)
+        i = context.cast(builder, offset, off_type, types.intp)
+        i = builder.add(i, ir.Constant(i.type, k))
+        return cgutils.get_item_pointer(context, builder, arr_type, ary, [i], wraparound=False)
+
+    def _global_vector(context, builder, ptr, dtype, width):
+        vec = ir.VectorType(context.get_value_type(dtype), width)
+        return builder.addrspacecast(ptr, ir.PointerType(vec, 1))  # 1: global memory
+
+    @functools.cache
+    def io(width):
+        if width == 1:
+
+            @cuda.jit(device=True)
+            def load1(x, row, j, v, offset):
+                v[offset] = x[row, j]
+
+            @cuda.jit(device=True)
+            def store1(y, row, j, v, offset):
+                y[row, j] = v[offset]
+
+            return load1, store1
+
+        @intrinsic
+        def load(typingctx, x, row, j, v, offset):
+            def codegen(context, builder, sig, args):
+                xt, rt, jt, vt, ot = sig.args
+                ptr = _element_pointer(context, builder, xt, args[0], args[1], rt, args[2], jt)
+                vec = builder.load(_global_vector(context, builder, ptr, xt.dtype, width),
+                                   align=VECTOR_BYTES)
+                for k in range(width):
+                    value = builder.extract_element(vec, ir.Constant(ir.IntType(32), k))
+                    value = context.cast(builder, value, xt.dtype, vt.dtype)
+                    builder.store(value, _local_pointer(context, builder, vt, args[3], args[4], ot, k))
+                return context.get_dummy_value()
+
+            return types.void(x, row, j, v, offset), codegen
+
+        @intrinsic
+        def store(typingctx, y, row, j, v, offset):
+            def codegen(context, builder, sig, args):
+                yt, rt, jt, vt, ot = sig.args
+                vec = ir.Constant(ir.VectorType(context.get_value_type(yt.dtype), width), None)
+                for k in range(width):
+                    value = builder.load(_local_pointer(context, builder, vt, args[3], args[4], ot, k))
+                    value = context.cast(builder, value, vt.dtype, yt.dtype)
+                    vec = builder.insert_element(vec, value, ir.Constant(ir.IntType(32), k))
+                ptr = _element_pointer(context, builder, yt, args[0], args[1], rt, args[2], jt)
+                builder.store(vec, _global_vector(context, builder, ptr, yt.dtype, width),
+                              align=VECTOR_BYTES)
+                return context.get_dummy_value()
+
+            return types.void(y, row, j, v, offset), codegen
+
+        return load, store
+
+
+def vector_width(*arrays):
+    """The widest W every (rows, n) array allows: unit column stride, row stride a
+    multiple of W, 16-byte aligned base (not checkable, and not needed, on the simulator)."""
+    width = width_for(arrays[0].dtype)
+    for a in arrays:
+        w = width_for(a.dtype)
+        rs, cs = (s // a.dtype.itemsize for s in a.strides)
+        if a.shape[1] > 1 and cs != 1:
+            return 1
+        if a.shape[0] > 1 and rs % w:
+            return 1
+        if not simulator_enabled() and a.__cuda_array_interface__["data"][0] % VECTOR_BYTES:
+            return 1
+        width = min(width, w)
+    return width
