@@ -52,6 +52,12 @@ __all__ = [
 IDENTITY = (-math.inf, 0.0)
 """The state of an empty set of values."""
 
+FASTMATH = {"contract", "afn", "arcp"}
+"""How every device function and kernel here is compiled: fast ``exp`` (``ex2.approx``),
+``log`` and reciprocal, and FMA contraction — but *not* the ``nnan``/``ninf`` flags of
+``fastmath=True``, which would let the compiler delete the −inf and NaN handling above.
+Device functions carry their own flag: a kernel's fastmath does not reach into them."""
+
 
 def weight(m_i, m):
     """exp(m_i − m): the factor that re-bases a state kept relative to m_i onto m ≥ m_i.
@@ -98,7 +104,7 @@ def _device_twin(fn, **device_helpers):
     to *their* device twins (a device function can only call device functions)."""
     scope = {**fn.__globals__, **device_helpers}
     clone = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
-    return cuda.jit(device=True)(clone)
+    return cuda.jit(device=True, fastmath=FASTMATH)(clone)
 
 
 weight_device = _device_twin(weight)

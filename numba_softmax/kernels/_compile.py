@@ -1,8 +1,9 @@
 """How every kernel here is compiled: one place for the options and the accumulator type.
 
-* ``FASTMATH``: fast ``exp``/``log`` and reciprocal, contraction to FMA — but *not* the
-  ``nnan``/``ninf`` flags of ``fastmath=True``, which would let the compiler delete the
-  −inf and NaN handling the combiner relies on.  (The simulator ignores fastmath.)
+* ``FASTMATH`` (defined beside the combiner, whose device twins use it too): fast
+  ``exp``/``log`` and reciprocal, FMA contraction, no ``nnan``/``ninf``.  Every
+  ``cuda.jit`` here — kernels *and* device functions — passes it: a kernel's flag does
+  not reach into the device functions it calls.  (The simulator ignores fastmath.)
 * ``accumulator(dtype)``: float16 inputs accumulate in float32, like PyTorch; float32 and
   float64 accumulate in their own type.  Kernels are built by small cached factories
   that close over this type, so constants such as the identity (−inf, 0) are typed
@@ -12,7 +13,7 @@
 import numba
 import numpy as np
 
-FASTMATH = {"contract", "afn", "arcp"}
+from ..combine import FASTMATH  # noqa: F401  (re-exported for the kernels)
 
 _ACCUMULATE = {np.dtype(np.float16): numba.float32, np.dtype(np.float32): numba.float32,
                np.dtype(np.float64): numba.float64}

@@ -36,7 +36,7 @@ def stream_state(dtype, threads, vpt, width):
     chunk = threads * vpt
     load, _ = vector.io(width)
 
-    @cuda.jit(device=True)
+    @cuda.jit(device=True, fastmath=FASTMATH)
     def fold(x, row, start, stop):
         t = cuda.threadIdx.x
         v = cuda.local.array(vpt, acc)  # one chunk's values, in registers (unrolled)
@@ -69,7 +69,7 @@ def normalise_range(dtype, threads, vpt, width, mode):
     chunk = threads * vpt
     load, store = vector.io(width)
 
-    @cuda.jit(device=True)
+    @cuda.jit(device=True, fastmath=FASTMATH)
     def write(x, y, row, start, stop, m, c):
         t = cuda.threadIdx.x
         v = cuda.local.array(vpt, acc)

@@ -51,6 +51,8 @@ else:
     from numba.cuda import cgutils
     from numba.cuda.extending import intrinsic
 
+    from ._compile import FASTMATH
+
     def _element_pointer(context, builder, arr_type, arr, row, row_type, j, j_type):
         ary = context.make_array(arr_type)(context, builder, value=arr)
         idx = [context.cast(builder, row, row_type, types.intp),
@@ -71,11 +73,11 @@ else:
     def io(width):
         if width == 1:
 
-            @cuda.jit(device=True)
+            @cuda.jit(device=True, fastmath=FASTMATH)
             def load1(x, row, j, v, offset):
                 v[offset] = x[row, j]
 
-            @cuda.jit(device=True)
+            @cuda.jit(device=True, fastmath=FASTMATH)
             def store1(y, row, j, v, offset):
                 y[row, j] = v[offset]
 
