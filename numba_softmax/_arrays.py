@@ -78,7 +78,7 @@ def as_stream(stream):
     """A Numba stream from: None (the default stream), a Numba stream, a raw ``cudaStream_t``
     handle (int), or a CuPy / PyTorch stream object (``.ptr`` / ``.cuda_stream``)."""
     if stream is None or stream == 0:
-        return cuda.default_stream()
+        return 0  # the legacy default stream
     if hasattr(stream, "handle") and hasattr(stream, "synchronize") and not hasattr(stream, "ptr"):
         return stream  # already a Numba stream
     handle = getattr(stream, "cuda_stream", getattr(stream, "ptr", stream))
@@ -189,8 +189,8 @@ class Rows:
             moved, order = self.lead_shape, list(range(len(self.lead_shape)))
         if self.kind == "numpy":
             host = buf.copy_to_host(stream=self.stream) if hasattr(buf, "copy_to_host") else buf
-            if hasattr(buf, "copy_to_host"):
-                self.stream.synchronize()
+            if hasattr(buf, "copy_to_host") and self.stream:
+                self.stream.synchronize()  # copy_to_host on a stream is asynchronous
             return np.transpose(np.asarray(host).reshape(moved), order)
         if self.kind == "cupy":
             return buf.reshape(moved).transpose(order)

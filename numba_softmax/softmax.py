@@ -5,7 +5,8 @@ Each call: validate → see the input as rows (:mod:`._arrays`) → pick a kerne
 anything but a (rows, n) device array.
 """
 
-import numpy as np
+import functools
+
 from numba import cuda
 
 from . import _arrays
@@ -15,13 +16,13 @@ from .kernels.epilogue import MODES
 METHODS = ("auto", "three_pass", "fused", "online", "split")
 
 
+@functools.cache
 def _device_limits():
-    """(largest block, multiprocessors); small blocks on the simulator (one Python
-    thread per CUDA thread)."""
+    """(largest block, multiprocessors), read once; small blocks on the simulator (one
+    Python thread per CUDA thread).  Only launch heuristics depend on them."""
     if _arrays._is_simulator():
         return 32, 4
-    dev = cuda.get_current_device()
-    return 1024, dev.MULTIPROCESSOR_COUNT
+    return 1024, cuda.get_current_device().MULTIPROCESSOR_COUNT
 
 
 def choose(method, rows, n, max_threads, num_sms):

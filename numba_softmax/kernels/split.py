@@ -68,6 +68,22 @@ def kernels(dtype, threads, vpt, mode, width):
     return piece_states, normalise
 
 
+_WORKSPACES = {}
+
+
+def _workspace(rows, splits, dtype, stream):
+    """The (m, ℓ) workspace, allocated once per stream and dtype and grown as needed:
+    a cudaMalloc per call would cost more than the kernels on small inputs.  One per
+    stream, because two streams running at once must not share it."""
+    key = (dtype, int(stream) if stream else 0)  # a Numba stream's int() is its handle
+    need = 2 * rows * splits
+    buf = _WORKSPACES.get(key)
+    if buf is None or buf.shape[0] < need:
+        buf = _WORKSPACES[key] = cuda.device_array(max(need, 4096), dtype=dtype, stream=stream)
+    return (buf[: rows * splits].reshape(rows, splits),
+            buf[rows * splits : need].reshape(rows, splits))
+
+
 def launch(x, y, mode, threads=256, vpt=8, splits=None, stream=0, num_sms=132):
     """Run on (rows, n) device arrays; ``splits`` pieces per row (default: about eight
     blocks per multiprocessor, each piece at least one chunk of T·VPT)."""
@@ -83,9 +99,7 @@ def launch(x, y, mode, threads=256, vpt=8, splits=None, stream=0, num_sms=132):
     piece = -(-n // splits)
     piece = -(-piece // chunk) * chunk  # whole chunks: every piece starts vector-aligned
     splits = -(-n // piece)  # no empty trailing pieces
-    acc_dtype = "float64" if x.dtype.itemsize == 8 else "float32"
-    m_ws = cuda.device_array((rows, splits), dtype=acc_dtype, stream=stream)
-    l_ws = cuda.device_array((rows, splits), dtype=acc_dtype, stream=stream)
+    m_ws, l_ws = _workspace(rows, splits, "float64" if x.dtype.itemsize == 8 else "float32", stream)
     piece_states, normalise = kernels(x.dtype, threads, vpt, mode, width)
     piece_states[(rows, splits), threads, stream](x, piece, m_ws, l_ws)
     normalise[(rows, splits), threads, stream](x, piece, m_ws, l_ws, y)
