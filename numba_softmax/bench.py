@@ -13,13 +13,25 @@ What is measured
 * **call** rows — what a user waits for: the public function (``numba_softmax.softmax``
   on CuPy or PyTorch arrays, default stream), host clock around the call plus a device
   synchronisation.  The difference to the kernel row is the Python / launch overhead.
+  (Attention: the public ``attention`` in both rows — with ``out=`` and our stream for
+  the event-timed one; call rows only where the device time is under 10 ms, since
+  beyond that the two agree within noise.)
+
+What is swept: softmax M×N from 16384×1024 to 1×16777216 (64–512 MiB of float32
+input), every method that applies, float32 (``--fp16``: float16 too); attention with
+S = 1024, 4096, 16384 at B·S = 16384 tokens and H·D = 2048 (the same work per token
+for every S), D = 64, 128, causal off and on, float32 and float16, against PyTorch's
+``scaled_dot_product_attention``; decoding (Sq = 1, B = 1, H = 16, D = 128) over
+Sk = 16K, 64K, 256K keys with ``num_splits=1`` and with enough splits for two blocks
+per multiprocessor; and the whole-call cost of ``softmax`` on a 1×1024 array.
 
 Each timed case: one first call (JIT compilation; a method that does not apply, e.g.
 ``fused`` on a row too long for the chip, raises ``ValueError`` here and is skipped),
-a few synchronised warm-up calls that also estimate the cost of one call, then the
-timed repeats — at least ``--reps`` (20), more for fast cases (up to ~0.3 s), fewer
-(flagged in ``note``) only when a case would otherwise take longer than
-``--max-case-seconds``.  The statistic is the **median**.
+up to three synchronised warm-up calls (fewer once they pass 0.25 s) that also
+estimate the cost of one call, then the timed repeats — at least ``--reps`` (20), more
+for fast cases (up to ~0.3 s of work, at most 100), fewer (flagged in ``note``) only
+when ``--reps`` repeats would take longer than ``--max-case-seconds``.  The statistic
+is the **median**.  Memory is given back between cases.
 
 Kernel rows queue all repeats behind a short sleeping kernel first, so that Python's
 launch overhead cannot leave the GPU idle *between* a start event and its kernel (the
@@ -66,18 +78,21 @@ import dataclasses
 import datetime
 import importlib
 import importlib.metadata
+import itertools
 import math
 import os
 import platform
 import subprocess
 import sys
 import time
+import traceback
+from functools import partial
 
 import numpy as np
 from numba import cuda
 
 from . import _arrays
-from .softmax import _device_limits, _launch, choose, softmax
+from .softmax import _device_limits, _launch, softmax
 from .kernels.epilogue import SOFTMAX
 
 # --- the sweep ---------------------------------------------------------------------------
@@ -90,6 +105,7 @@ TORCH_IMPLS = ("torch", "torch.sdpa")  # the rows "× torch" divides by
 ATTN_TOKENS, ATTN_HIDDEN = 16384, 2048  # B = tokens / S, H = hidden / D: same work per S
 DECODE_HEADS, DECODE_DIM = 16, 128
 CALL_LEVEL_MAX_MS = 10.0  # attention: whole-call rows only where overhead can matter
+WARMUP_MAX_S = 0.25  # warm-up calls stop once they have taken this long
 
 
 @dataclasses.dataclass
@@ -105,7 +121,7 @@ class Config:
     max_reps: int = 100
     warmup: int = 3
     target_s: float = 0.3  # aim for this much timed work per case ...
-    cap_s: float = 5.0  # ... and never much more than this
+    cap_s: float = 10.0  # ... and never much more than this
     copy_bytes: int = 512 << 20
     attn_tokens: int = ATTN_TOKENS
     attn_hidden: int = ATTN_HIDDEN
@@ -120,9 +136,10 @@ def make_config(args):
     if args.sim_smoke:
         return Config(softmax_shapes=((2, 64),), softmax_dtypes=("float32",),
                       attn_seqs=(16,), attn_dims=(16,), attn_dtypes=("float32",),
-                      decode_sks=(64,), attn_causal=(True,), min_reps=3, max_reps=3, warmup=0, cap_s=120.0,
-                      copy_bytes=16 << 10, attn_tokens=16, attn_hidden=16, decode_heads=1,
-                      decode_dim=16, overhead_n=64, overhead_reps=3)
+                      decode_sks=(64,), attn_causal=(True,), min_reps=3, max_reps=3,
+                      warmup=0, cap_s=120.0, copy_bytes=16 << 10, attn_tokens=16,
+                      attn_hidden=16, decode_heads=1, decode_dim=16, overhead_n=64,
+                      overhead_reps=3)
     dtypes = ("float32", "float16") if args.fp16 else ("float32",)
     if args.quick:
         cfg = Config(SOFTMAX_SHAPES_QUICK, dtypes, (1024, 4096), (128,), ("float16",),
@@ -256,7 +273,8 @@ def shape_label(r):
         label += " causal" if r.causal else ""
         return label + (f" splits={r.splits}" if r.splits else "")
     if r.suite == "copy":
-        return f"{r.bytes // 2 / 2**20:g} MiB" if r.bytes >= 2**21 else f"{r.bytes // 2 / 2**10:g} KiB"
+        size = r.bytes // 2  # bytes counts read + written
+        return f"{size / 2**20:g} MiB" if size >= 2**20 else f"{size / 2**10:g} KiB"
     return f"{r.M}x{r.N}"
 
 
@@ -409,6 +427,7 @@ class Timer:
 
     def __init__(self, cfg, stream, sim):
         self.cfg, self.stream, self.sim = cfg, stream, sim
+        self.can_hold = True  # False if the sleep kernel cannot run (cuda.nanosleep: sm_70+)
 
     @staticmethod
     def sync():
@@ -429,6 +448,8 @@ class Timer:
             self.sync()
             queue.append(t1 - t0)
             total.append(time.perf_counter() - t0)
+            if sum(total) > WARMUP_MAX_S:  # a slow case is warm after one call
+                break
         return (median(queue), median(total)) if total else (first, first)
 
     def _reps(self, est_s):
@@ -459,12 +480,12 @@ class Timer:
         if self.sim:
             return _summary(self._host_loop(enqueue, n_sets, reps), reps, note)
         hold_us = min(4_000_000, int(2 * reps * queue_s * 1e6) + 2000)
-        for _ in range(3):
+        for _ in range(3):  # a longer sleep if the host did not get ahead
             times, starved = self._event_loop(enqueue, n_sets, reps, hold_us)
-            if not starved:
+            if not starved or not self.can_hold:
                 break
             hold_us = min(16_000_000, hold_us * 4)
-        else:
+        if starved:
             note = _join(note, "host-bound: launch gaps may be in the times")
         return _summary(times, reps, note)
 
@@ -474,7 +495,7 @@ class Timer:
         events = [(cuda.event(), cuda.event()) for _ in range(reps)]
         held = cuda.event(timing=False)
         with cuda.defer_cleanup():  # no cuMemFree (which synchronises) inside the loop
-            _sleep[1, 1, self.stream](hold_us, np.uint32(1000))
+            self._hold(hold_us)
             held.record(self.stream)
             for r, (start, end) in enumerate(events):
                 start.record(self.stream)
@@ -483,6 +504,15 @@ class Timer:
             starved = held.query()
             self.stream.synchronize()
         return [start.elapsed_time(end) for start, end in events], starved
+
+    def _hold(self, hold_us):
+        if self.can_hold:
+            try:
+                _sleep[1, 1, self.stream](hold_us, np.uint32(1000))
+            except Exception as e:  # noqa: BLE001 - time without the hold, and say so
+                self.can_hold = False
+                print(f"note: no sleep kernel ({type(e).__name__}: {e}); kernel times of "
+                      "fast cases may include launch gaps", file=sys.stderr)
 
 
 # --- the benchmark context -----------------------------------------------------------------
@@ -575,7 +605,6 @@ def bench_copy(b):
     b.record(timing, suite="copy", impl="d2d copy", level="kernel", array="numba",
              dtype="float32", M=1, N=n, bytes=2 * b.cfg.copy_bytes)
     b.copy_gbps = gbps(2 * b.cfg.copy_bytes, timing["median_ms"])
-    b.release()
 
 
 def bench_softmax(b, m, n, dtype):
@@ -586,11 +615,10 @@ def bench_softmax(b, m, n, dtype):
     ys = [cuda.device_array((m, n), dtype=dt) for _ in range(k)]
     row = dict(suite="softmax", dtype=dt.name, M=m, N=n, bytes=softmax_bytes(m, n, dt.itemsize))
 
-    for method in KERNEL_METHODS:  # kernel level: launch on pre-made device arrays
-        threads = choose(method, m, n, b.max_threads, b.num_sms)[1]
-
-        def enqueue(i, method=method, threads=threads):
-            _launch(method, SOFTMAX, xs[i], ys[i], threads, b.stream, b.num_sms)
+    for method in KERNEL_METHODS:  # kernel level: launch on pre-made device arrays,
+        def enqueue(i, method=method):  # configured as the public call configures it
+            _launch(method, SOFTMAX, xs[i], ys[i], stream=b.stream, max_threads=b.max_threads,
+                    num_sms=b.num_sms)
 
         _try_case(b, f"softmax {method} {m}x{n} {dt.name}", lambda: b.record(
             b.timer.device(enqueue, k), impl=method, level="kernel", array="numba", **row))
@@ -614,8 +642,6 @@ def bench_softmax(b, m, n, dtype):
 
         b.record(b.timer.device(peer_kernel, k), impl=peer, level="kernel", array=peer, **row)
         b.record(b.timer.host(peer_call, k), impl=peer, level="call", array=peer, **row)
-    del xs, ys, user
-    b.release()
 
 
 def _softmax_peers(b, xs):
@@ -623,7 +649,8 @@ def _softmax_peers(b, xs):
     peers = []
     if b.torch is not None:
         torch = b.torch
-        peers.append(("torch", lambda x: torch.softmax(x, dim=-1), [b.view(x, "torch") for x in xs]))
+        tx = [b.view(x, "torch") for x in xs]
+        peers.append(("torch", lambda x: torch.softmax(x, dim=-1), tx))
     if b.cupyx_softmax is not None:
         f = b.cupyx_softmax
         peers.append(("cupy", lambda x: f(x, axis=-1), [b.view(x, "cupy") for x in xs]))
@@ -652,11 +679,10 @@ def bench_overhead(b):
         xt = b.view(x, "torch")
         b.record(b.timer.host(lambda i: b.torch.softmax(xt, dim=-1), 1, reps), impl="torch",
                  array="torch", **row)
-    b.release()
 
 
-def bench_attention(b, attention, sq, sk, heads, batch, d, causal, dtype, splits_list, suite):
-    """One attention problem: ours (each num_splits) and torch's SDPA, kernel and call level."""
+def bench_attention(b, attention, *, suite, batch, heads, sq, sk, d, causal, dtype, splits):
+    """One attention problem: ours (each of ``splits``) and torch's SDPA, kernel and call level."""
     dt = np.dtype(dtype)
     qkv_bytes = attention_bytes(batch, heads, sq, sk, d, dt.itemsize)
     k = b.n_sets(qkv_bytes)
@@ -672,33 +698,31 @@ def bench_attention(b, attention, sq, sk, heads, batch, d, causal, dtype, splits
                bytes=qkv_bytes, flops=attention_flops(batch, heads, sq, sk, d, causal))
     label = f"{suite} B{batch} H{heads} Sq{sq} Sk{sk} D{d} causal={causal} {dt.name}"
 
-    for splits in splits_list:
-        def enqueue(i, splits=splits):
+    stream = None if b.sim else b.stream  # the simulator's streams have no handle to pass
+    for n_splits in splits:
+        def enqueue(i, n_splits=n_splits):
             q, kk, v, o = sets[i]
-            attention(q, kk, v, causal=causal, num_splits=splits, out=o, stream=b.stream)
+            attention(q, kk, v, causal=causal, num_splits=n_splits, out=o, stream=stream)
 
-        def call(i, splits=splits):
+        def call(i, n_splits=n_splits):
             q, kk, v, _ = sets[i]
-            attention(q, kk, v, causal=causal, num_splits=splits)
+            attention(q, kk, v, causal=causal, num_splits=n_splits)
 
-        _try_attention(b, f"{label} splits={splits}", enqueue, call, k,
-                       dict(impl="numba_softmax", array=kind, splits=splits, **row))
+        _try_attention(b, f"{label} splits={n_splits}", enqueue, call, k,
+                       dict(impl="numba_softmax", array=kind, splits=n_splits, **row))
 
-    if b.torch is not None:
+    if b.torch is not None:  # then kind is "torch": the sets are torch tensors already
         sdpa = b.torch.nn.functional.scaled_dot_product_attention
-        tsets = [tuple(b.view(a, "torch") for a in s[:3]) for s in sets] if kind != "torch" else sets
 
         def t_enqueue(i):
             with b.on_stream("torch"):
-                sdpa(*tsets[i][:3], is_causal=causal)
+                sdpa(*sets[i][:3], is_causal=causal)
 
         def t_call(i):
-            sdpa(*tsets[i][:3], is_causal=causal)
+            sdpa(*sets[i][:3], is_causal=causal)
 
         _try_attention(b, f"{label} torch.sdpa", t_enqueue, t_call, k,
                        dict(impl="torch.sdpa", array="torch", **row))
-    del sets
-    b.release()
 
 
 def _try_attention(b, what, enqueue, call, k, fields):
@@ -724,31 +748,29 @@ def _load_attention():
 
 def plan(b, only):
     """The list of (label, function) cases for this run."""
-    cfg, cases = b.cfg, [("copy bandwidth", lambda: bench_copy(b))]
+    cfg, cases = b.cfg, [("copy bandwidth", partial(bench_copy, b))]
     if only in (None, "softmax"):
-        for dtype in cfg.softmax_dtypes:
-            for m, n in cfg.softmax_shapes:
-                cases.append((f"softmax {m}x{n} {dtype}", lambda m=m, n=n, dt=dtype: bench_softmax(b, m, n, dt)))
-        cases.append(("overhead 1x%d" % cfg.overhead_n, lambda: bench_overhead(b)))
+        for dtype, (m, n) in itertools.product(cfg.softmax_dtypes, cfg.softmax_shapes):
+            cases.append((f"softmax {m}x{n} {dtype}", partial(bench_softmax, b, m, n, dtype)))
+        cases.append((f"overhead 1x{cfg.overhead_n}", partial(bench_overhead, b)))
     if only in (None, "attention"):
         attention, why = _load_attention()
         if attention is None:
             b.skip("attention", f"numba_softmax.attention not importable ({why})")
             return cases
-        for dtype in cfg.attn_dtypes:
-            for d in cfg.attn_dims:
-                for s in cfg.attn_seqs:
-                    for causal in cfg.attn_causal:
-                        batch, heads = max(1, cfg.attn_tokens // s), max(1, cfg.attn_hidden // d)
-                        cases.append((f"attention S{s} D{d} causal={causal} {dtype}",
-                                      lambda s=s, d=d, c=causal, dt=dtype, bb=batch, h=heads:
-                                      bench_attention(b, attention, s, s, h, bb, d, c, dt, (1,), "attention")))
-            for sk in cfg.decode_sks:
-                h, d = cfg.decode_heads, cfg.decode_dim
-                splits = (1, decode_splits(h, b.num_sms, sk))
-                cases.append((f"decode Sk{sk} {dtype}",
-                              lambda sk=sk, dt=dtype, h=h, d=d, sp=splits:
-                              bench_attention(b, attention, 1, sk, h, 1, d, False, dt, sp, "decode")))
+        attn = partial(bench_attention, b, attention)
+        for dtype, d, s, causal in itertools.product(cfg.attn_dtypes, cfg.attn_dims,
+                                                     cfg.attn_seqs, cfg.attn_causal):
+            batch, heads = max(1, cfg.attn_tokens // s), max(1, cfg.attn_hidden // d)
+            cases.append((f"attention S{s} D{d} causal={causal} {dtype}",
+                          partial(attn, suite="attention", batch=batch, heads=heads, sq=s, sk=s,
+                                  d=d, causal=causal, dtype=dtype, splits=(1,))))
+        for dtype, sk in itertools.product(cfg.attn_dtypes, cfg.decode_sks):
+            heads = cfg.decode_heads
+            splits = (1, decode_splits(heads, b.num_sms, sk))
+            cases.append((f"decode Sk{sk} {dtype}",
+                          partial(attn, suite="decode", batch=1, heads=heads, sq=1, sk=sk,
+                                  d=cfg.decode_dim, causal=False, dtype=dtype, splits=splits)))
     return cases
 
 
@@ -782,7 +804,8 @@ def plot_softmax(path, results, meta, copy_gbps):
             pts = sorted((r.N, r.gbps) for r in rows if r.dtype == dtype and r.impl == impl)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=impl)
         if copy_gbps:
-            ax.axhline(copy_gbps, color="black", linestyle="--", label=f"d2d copy {copy_gbps:.0f} GB/s")
+            ax.axhline(copy_gbps, color="black", linestyle="--",
+                       label=f"d2d copy {copy_gbps:.0f} GB/s")
         ax.set_xscale("log", base=2)
         shapes = sorted({(r.N, r.M) for r in rows if r.dtype == dtype})
         ax.set_xticks([n for n, _ in shapes], [f"{n}\nM={m}" for n, m in shapes], fontsize=7)
@@ -832,9 +855,11 @@ def parse_args(argv=None):
                    help="run only this part (attention includes decode); copy always runs")
     p.add_argument("--fp16", action="store_true", help="also sweep softmax in float16")
     p.add_argument("--out", default="bench-out", help="output folder (default: bench-out/)")
-    p.add_argument("--reps", type=_positive, default=20, help="at least this many timed repeats (default 20)")
-    p.add_argument("--max-case-seconds", type=float, default=5.0,
-                   help="fewer repeats (flagged) for cases slower than this in total (default 5)")
+    p.add_argument("--reps", type=_positive, default=20,
+                   help="at least this many timed repeats (default 20)")
+    p.add_argument("--max-case-seconds", type=float, default=10.0,
+                   help="fewer repeats (flagged in 'note') where --reps repeats would take "
+                        "longer than this (default 10)")
     p.add_argument("--sim-smoke", action="store_true",
                    help="tiny shapes, 3 repeats: exercises the code, e.g. on the CUDA simulator")
     return p.parse_args(argv)
@@ -848,11 +873,19 @@ def main(argv=None):
     meta = environment(sim)
     print("\n".join(f"{k}: {v}" for k, v in meta.items()), file=sys.stderr)
 
-    for _, fn in _progress(plan(b, args.only)):
-        fn()
+    failed = 0
+    for label, fn in _progress(plan(b, args.only)):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - one broken case must not lose the others
+            failed += 1
+            traceback.print_exc()
+            b.skip(f"FAILED {label}", f"{type(e).__name__}: {e}")
+        b.release()  # the case's buffers are gone with its frame: free them now
 
     derive(b.results, b.copy_gbps)
-    meta["copy bandwidth"] = f"{b.copy_gbps:.1f} GB/s (device-to-device, read + written)"
+    meta["copy bandwidth"] = (f"{b.copy_gbps:.1f} GB/s (device-to-device, read + written)"
+                              if b.copy_gbps else "not measured")
     meta["timing"] = ("host clock (simulator: events carry no time)" if sim else
                       "kernel = CUDA events, call = host clock + sync") + \
         f"; median of >= {cfg.min_reps} repeats unless noted; inputs rotated past the L2"
@@ -866,9 +899,9 @@ def main(argv=None):
     with open(os.path.join(args.out, "results.txt"), "w") as f:
         f.write(report + "\n")
     plotted = plot_softmax(os.path.join(args.out, "softmax_gbps.png"), b.results, meta, b.copy_gbps)
-    print(f"\nwrote {args.out}/results.csv, results.txt"
-          + (", softmax_gbps.png" if plotted else " (no plot: matplotlib missing or no softmax rows)"))
-    return 0
+    plot_note = ", softmax_gbps.png" if plotted else " (no plot: matplotlib missing or no softmax rows)"
+    print(f"\nwrote {args.out}/results.csv, results.txt{plot_note}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -75,7 +75,11 @@ def _workspace(rows, splits, dtype, stream):
     """The (m, ℓ) workspace, allocated once per stream and dtype and grown as needed:
     a cudaMalloc per call would cost more than the kernels on small inputs.  One per
     stream, because two streams running at once must not share it."""
-    key = (dtype, int(stream) if stream else 0)  # a Numba stream's int() is its handle
+    try:
+        handle = int(stream) if stream else 0  # a Numba stream's int() is its handle
+    except TypeError:
+        handle = id(stream)  # the simulator's streams have none
+    key = (dtype, handle)
     need = 2 * rows * splits
     buf = _WORKSPACES.get(key)
     if buf is None or buf.shape[0] < need:
