@@ -66,15 +66,37 @@ def pick(args, sim, gpu):
 
 
 # --- timing -----------------------------------------------------------------------------
-def time_it(fn, sim, warmup=3, repeat=20, inner=1):
+_SPIN = None
+
+
+def _spin(us):
+    """Keep the GPU busy for about ``us`` microseconds (one thread, ``nanosleep``), so
+    that the launches queued behind it are all in the queue before the timed interval
+    starts: Python's launch overhead (~17 µs a launch) then cannot leave the GPU idle
+    inside the interval."""
+    global _SPIN
+    from numba import cuda
+
+    if _SPIN is None:
+        @cuda.jit
+        def spin(n):
+            for _ in range(n):
+                cuda.nanosleep(1000)
+
+        _SPIN = spin
+    _SPIN[1, 1](int(us))
+
+
+def time_it(fn, sim, warmup=3, repeat=20, inner=1, queue_us=60):
     """Median seconds of one ``fn()`` call (which launches device work).
 
     On a GPU: CUDA events recorded around ``inner`` back-to-back calls on the default
-    stream (the queue hides Python's launch overhead after the first), ``repeat`` such
-    samples after ``warmup`` untimed calls (the first pays the JIT compilation).  On the
-    simulator events measure nothing (their elapsed time is −1), so wall-clock time is
-    used; such numbers describe Python threads, not a GPU, and are printed only to show
-    the table's shape.
+    stream, queued behind a short sleeping kernel (``queue_us`` µs per call; raise it for
+    calls with a lot of Python in them) so that the events time the device, not Python,
+    and with frees deferred; ``repeat`` such samples after ``warmup`` untimed calls (the
+    first pays the JIT compilation).  On the simulator events measure nothing
+    (their elapsed time is −1), so wall-clock time is used; such numbers describe Python
+    threads, not a GPU, and are printed only to show the table's shape.
     """
     from numba import cuda
 
@@ -91,13 +113,28 @@ def time_it(fn, sim, warmup=3, repeat=20, inner=1):
             samples.append((time.perf_counter() - t0) / inner)
         else:
             start, stop = cuda.event(), cuda.event()
-            start.record()
-            for _ in range(inner):
-                fn()
-            stop.record()
-            stop.synchronize()
+            with cuda.defer_cleanup():  # no cudaFree (which synchronises) inside the interval
+                if queue_us:
+                    _spin(queue_us * inner)
+                start.record()
+                for _ in range(inner):
+                    fn()
+                stop.record()
+                stop.synchronize()
             samples.append(start.elapsed_time(stop) / 1e3 / inner)  # ms → s
     return statistics.median(samples)
+
+
+def first_call(fn):
+    """Run ``fn()`` once, synchronised; return (its result, wall-clock seconds).  On the
+    simulator this one call doubles as the (meaningless) timing: running it again would
+    only cost minutes."""
+    from numba import cuda
+
+    t0 = time.perf_counter()
+    result = fn()
+    cuda.synchronize()
+    return result, time.perf_counter() - t0
 
 
 def device_name(sim):

@@ -92,7 +92,7 @@ import numpy as np
 from numba import cuda
 
 from . import _arrays
-from .softmax import _device_limits, _launch, softmax
+from .softmax import device_limits, _launch, softmax
 from .kernels.epilogue import SOFTMAX
 
 # --- the sweep ---------------------------------------------------------------------------
@@ -523,7 +523,7 @@ class Bench:
         self.cfg, self.sim = cfg, sim
         self.stream = cuda.stream()
         self.timer = Timer(cfg, self.stream, sim)
-        self.max_threads, self.num_sms = _device_limits()
+        self.max_threads, self.num_sms = device_limits()
         self.l2 = _l2_bytes(sim)
         self.torch = None if sim else _import("torch")
         self.cupy = None if sim else _import("cupy")
@@ -617,7 +617,7 @@ def bench_softmax(b, m, n, dtype):
 
     for method in KERNEL_METHODS:  # kernel level: launch on pre-made device arrays,
         def enqueue(i, method=method):  # configured as the public call configures it
-            _launch(method, SOFTMAX, xs[i], ys[i], stream=b.stream, max_threads=b.max_threads,
+            launch_rows(method, SOFTMAX, xs[i], ys[i], stream=b.stream, max_threads=b.max_threads,
                     num_sms=b.num_sms)
 
         _try_case(b, f"softmax {method} {m}x{n} {dt.name}", lambda: b.record(

@@ -17,7 +17,7 @@ METHODS = ("auto", "three_pass", "fused", "online", "split")
 
 
 @functools.cache
-def _device_limits():
+def device_limits():
     """(largest block, multiprocessors), read once; small blocks on the simulator (one
     Python thread per CUDA thread).  Only launch heuristics depend on them."""
     if _arrays._is_simulator():
@@ -36,7 +36,10 @@ def choose(method, rows, n, max_threads, num_sms):
     return "split" if rows < 2 * num_sms else "online"
 
 
-def _launch(method, mode, x, y, stream, max_threads, num_sms):
+def launch_rows(method, mode, x, y, stream, max_threads, num_sms):
+    """Run one method's kernel(s) on (rows, n) device arrays with the API's launch
+    configuration — what :func:`softmax` times, minus the array handling (the benchmark's
+    kernel-level entry)."""
     if method == "fused":
         fused.launch(x, y, mode, stream=stream, max_threads=max_threads,
                      rows_per_block=max(1, min(4, max_threads // 32)))
@@ -65,9 +68,9 @@ def _run(mode_name, x, axis, method, out, stream):
     direct = y_dev is not None  # the kernel writes straight into out
     if not direct:
         y_dev, y_user = rows.empty_like_rows(n_out)
-    max_threads, num_sms = _device_limits()
+    max_threads, num_sms = device_limits()
     chosen = choose(method, rows.rows, rows.n, max_threads, num_sms)
-    _launch(chosen, mode, rows.view, y_dev, stream, max_threads, num_sms)
+    launch_rows(chosen, mode, rows.view, y_dev, stream, max_threads, num_sms)
     if direct:
         return target.out
     result = rows.finish(y_user, keep_axis)

@@ -37,7 +37,7 @@ def rng():
 
 
 def fused_fits(n):
-    return n <= ns.softmax.__globals__["_device_limits"]()[0] * fused.MAX_VPT
+    return n <= ns.softmax.__globals__["device_limits"]()[0] * fused.MAX_VPT
 
 
 def check(func_name, method, x, **kw):

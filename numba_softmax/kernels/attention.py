@@ -44,21 +44,26 @@ How one block does it (W warps, 32·W threads; every warp owns 4·RPL query rows
   ``shfl_xor_sync`` butterfly (offsets 4, 2, 1).  The row *sum* can wait: every lane
   keeps the partial ℓ of its own columns, re-based by the same α as the others, and the
   8 partials are added once, at the end.
-* P goes through shared memory (each warp writes and reads only its own rows: a
-  ``syncwarp`` suffices), then O += P V_j is again an outer product, over the Bc keys.
+* P goes through shared memory, transposed (each warp writes and reads only its own
+  rows: a ``syncwarp`` suffices), then O += P V_j is again an outer product, over the
+  Bc keys: per key a lane reads RPL values of P and ⌈Dv/8⌉ of V.
 
-Shared memory, float32: D·(Br+1) + D·(Bc+1) + Bc·8⌈Dv/8⌉ + Br·(Bc+pad) values, under the
+Shared memory, float32: D·(Br+1) + D·(Bc+1) + Bc·8⌈Dv/8⌉ + Bc·(Br+pad) values, under the
 48 KB of static shared memory; :func:`fit_tiles` picks the largest tiles that fit:
-Br×Bc = 64×64 for D ≤ 32, 64×32 for D ≤ 64 (42.5 KB), 32×16 for D ≤ 128 (36 KB).
-Head dimensions up to :data:`MAX_HEAD_DIM` (the registers of the O tile run out beyond).
+Br×Bc = 64×64 for D ≤ 32 (41 KB at D = 32), 64×32 for D ≤ 64 (41 KB), 32×16 for
+D ≤ 128 (35 KB).  Rows per lane (:func:`default_rows_per_lane`): RPL = 8 for D, Dv ≤ 64
+(Br = 64: 2 warps; per d a lane then does 32 multiply-adds for 12 shared-memory reads,
+against 16 for 8 with RPL = 4), RPL = 4 above (Br = 32: 2 warps).  Compiled for sm_90:
+about 165 registers a thread with RPL = 8, 100–130 with RPL = 4, no spills.  Head
+dimensions up to :data:`MAX_HEAD_DIM` (the registers of the O tile run out beyond).
 
 FLOPs: 2·Sq·Sk·D for Q Kᵀ plus 2·Sq·Sk·Dv for P V — 4·Sq·Sk·D per (batch·head) when
 Dv = D, about half of it with ``causal`` (Sq = Sk).
 Bytes moved per (batch·head), b bytes per value: Q read once (Sq·D·b), O written once
 (Sq·Dv·b), LSE written (4·Sq); K and V are read once per query tile, Tr·Sk·(D+Dv)·b, and
 mostly served from L2 (the blocks of one head run side by side).  Never O(Sq·Sk): the
-materialised version moves ≥ 2·4·Sq·Sk bytes for S and P alone — at Sq = Sk = 32768 that is
-4 GiB per head.
+materialised version stores S (4·Sq·Sk bytes in float32: 4 GiB per head at
+Sq = Sk = 32768) and moves it, and P, through memory several times.
 
 NumPy twin: :func:`numba_softmax.reference.flash_attention` (``block_q`` = Br,
 ``block_k`` = Bc).  Source: the (m, ℓ, O) update derived in the sources (the online
@@ -84,36 +89,51 @@ SHARED_BYTES = 48 * 1024  # numba's static shared memory per block
 GROUP = 8  # lanes per row group: the lanes that share a query row
 
 
-def _p_stride(bc):
-    """Row stride of the P tile: ≡ 8 (mod 16), so that the 4 row groups of a warp hit
-    4 different sets of 8 banks when they write and read P."""
-    s = bc
-    while s % 16 != 8:
+def _p_stride(br):
+    """Row stride of the Pᵀ tile: ≡ 4 (mod 8), so that the 8 column groups of a warp hit
+    8 different sets of 4 banks when they write Pᵀ (reads are 4 consecutive values)."""
+    s = br
+    while s % 8 != 4:
         s += 1
     return s
 
 
-def _split_rows(block_q):
-    """(warps, rows per lane) for Br = block_q rows: at most 4 rows per lane."""
+def default_rows_per_lane(block_q, d, dv):
+    """RPL = 8 where the lane's O tile (8 × ⌈Dv/8⌉) and score tile still fit in registers
+    (D, Dv <= 64) and Br >= 32: fewer shared-memory reads per multiply-add, at about 165
+    registers a thread.  Otherwise 4 (Br/4 for Br < 16)."""
+    if block_q >= 32 and block_q % 32 == 0 and max(d, dv) <= 64:
+        return 8
+    return min(4, block_q // 4)
+
+
+def split_rows(block_q, rows_per_lane=None):
+    """(warps W, rows per lane RPL) for Br = block_q = 4·RPL·W query rows (default RPL:
+    4, or Br/4 for Br < 16)."""
     if block_q % 4 or block_q < 4:
         raise ValueError(f"block_q must be a positive multiple of 4, got {block_q}")
-    if block_q <= 16:
-        return 1, block_q // 4
-    if block_q % 16 or block_q > 128:
-        raise ValueError(f"block_q above 16 must be a multiple of 16 and at most 128, got {block_q}")
-    return block_q // 16, 4
+    if rows_per_lane is None:
+        rows_per_lane = min(4, block_q // 4)
+    if rows_per_lane not in (1, 2, 4, 8) or block_q % (4 * rows_per_lane):
+        raise ValueError(f"rows_per_lane must be 1, 2, 4 or 8 and divide block_q/4; got "
+                         f"rows_per_lane={rows_per_lane}, block_q={block_q}")
+    warps = block_q // (4 * rows_per_lane)
+    if warps > 8:
+        raise ValueError(f"block_q={block_q} with rows_per_lane={rows_per_lane} needs {warps} "
+                         f"warps; at most 8")
+    return warps, rows_per_lane
 
 
 def shared_bytes(d, dv, block_q, block_k):
     """Bytes of shared memory the kernel declares for these sizes (float32 tiles)."""
     nv = -(-dv // GROUP)
     return 4 * (d * (block_q + 1) + d * (block_k + 1) + block_k * GROUP * nv
-                + block_q * _p_stride(block_k))
+                + block_k * _p_stride(block_q))
 
 
-def check_tiles(d, dv, block_q, block_k):
+def check_tiles(d, dv, block_q, block_k, rows_per_lane=None):
     """ValueError unless (Br, Bc) = (block_q, block_k) is a tiling the kernel supports."""
-    _split_rows(block_q)
+    split_rows(block_q, rows_per_lane)
     if block_k % GROUP or block_k < GROUP:
         raise ValueError(f"block_k must be a positive multiple of {GROUP}, got {block_k}")
     need = shared_bytes(d, dv, block_q, block_k)
@@ -156,7 +176,7 @@ def stager(dtype, threads, rows, cols, width, transpose):
     acc = accumulator(dtype)
     STEP_R, STEP_C = threads // width, threads % width
 
-    @cuda.jit(device=True)
+    @cuda.jit(device=True, fastmath=FASTMATH)
     def stage(dst, src, b, h, first, stop, sc):
         tid = cuda.threadIdx.x
         r, c = tid // width, tid % width
@@ -178,10 +198,11 @@ def stager(dtype, threads, rows, cols, width, transpose):
 
 
 @functools.cache
-def kernel(dtype, d, dv, block_q, block_k, causal):
-    """The forward kernel for one (dtype, D, Dv, Br, Bc, causal) — all compile-time."""
+def kernel(dtype, d, dv, block_q, block_k, causal, rows_per_lane=None):
+    """The forward kernel for one (dtype, D, Dv, Br, Bc, causal, RPL) — all compile-time.
+    Returns (kernel, threads per block)."""
     acc = accumulator(dtype)
-    WARPS, RPL = _split_rows(block_q)
+    WARPS, RPL = split_rows(block_q, rows_per_lane)
     THREADS = 32 * WARPS
     BR, BC, D, DV = block_q, block_k, d, dv
     CPL = BC // GROUP  # S columns per lane
@@ -189,7 +210,7 @@ def kernel(dtype, d, dv, block_q, block_k, causal):
     DVP = GROUP * NV  # V tile width, padded with zeros to a whole number of groups
     # shared tiles; the +1 / padded strides keep the inner loops free of bank conflicts
     Q_SHAPE, K_SHAPE = (D, BR + 1), (D, BC + 1)
-    V_SHAPE, P_SHAPE = (BC, DVP), (BR, _p_stride(BC))
+    V_SHAPE, P_SHAPE = (BC, DVP), (BC, _p_stride(BR))
     stage_q = stager(dtype, THREADS, BR, D, D, True)
     stage_k = stager(dtype, THREADS, BC, D, D, True)
     stage_v = stager(dtype, THREADS, BC, DV, DVP, False)
@@ -199,8 +220,10 @@ def kernel(dtype, d, dv, block_q, block_k, causal):
         """q (B, H, Sq, D), k (B, H, Sk, D), v (B, H, Sk, Dv) → o (Z·B, H, Sq, Dv) and
         lse (Z·B, H, Sq); grid (Tr, B·H, Z)."""
         tid = cuda.threadIdx.x
-        warp, lane = tid // 32, tid % 32
-        rg, cg = lane // GROUP, lane % GROUP
+        # bit operations, not // and %: the compiler then knows these are >= 0 and drops
+        # the negative-index fix-ups from every shared-memory address in the inner loops
+        warp, lane = tid >> 5, tid & 31
+        rg, cg = lane >> 3, lane & (GROUP - 1)
         n_heads = q.shape[1]
         b, h = cuda.blockIdx.y // n_heads, cuda.blockIdx.y % n_heads
         z = cuda.blockIdx.z
@@ -224,7 +247,7 @@ def kernel(dtype, d, dv, block_q, block_k, causal):
         q_t = cuda.shared.array(Q_SHAPE, acc)  # Q_iᵀ·scale
         k_t = cuda.shared.array(K_SHAPE, acc)  # K_jᵀ
         v_s = cuda.shared.array(V_SHAPE, acc)  # V_j
-        p_s = cuda.shared.array(P_SHAPE, acc)  # P, each warp its own rows
+        p_t = cuda.shared.array(P_SHAPE, acc)  # Pᵀ, each warp its own rows
 
         stage_q(q_t, q, b, h, i0, sq, sc)  # Q_i, scaled, transposed
 
@@ -247,11 +270,14 @@ def kernel(dtype, d, dv, block_q, block_k, causal):
             stage_v(v_s, v, b, h, j0, kv_hi, one)  # V_j; zeros, not garbage: 0·p is never NaN
             cuda.syncthreads()  # K_j, V_j (and, the first time, Q_i) are complete before anyone reads them
 
-            # S = Q_i K_jᵀ: an outer product per d over the lane's RPL × CPL tile
+            # S = Q_i K_jᵀ: an outer product per d over the lane's RPL × CPL tile.  (A while
+            # loop, not range(): its counter is provably >= 0, so the indexing needs no
+            # negative-index fix-up and the compiler unrolls it with constant offsets.)
             for i in range(RPL):
                 for jj in range(CPL):
                     s[i, jj] = zero
-            for dd in range(D):
+            dd = 0
+            while dd < D:
                 for i in range(RPL):
                     qv[i] = q_t[dd, row0 + rg + 4 * i]
                 for jj in range(CPL):
@@ -259,6 +285,7 @@ def kernel(dtype, d, dv, block_q, block_k, causal):
                 for i in range(RPL):
                     for jj in range(CPL):
                         s[i, jj] += qv[i] * kv[jj]
+                dd += 1
 
             # mask: the ragged last tile, and the tiles the diagonal crosses
             if j0 + BC > kv_hi or (causal and j0 + BC - 1 > i0 + shift):
@@ -284,7 +311,7 @@ def kernel(dtype, d, dv, block_q, block_k, causal):
                 part = zero
                 for jj in range(CPL):
                     p = weight_device(s[i, jj], m_new)  # exp(s − m'), 0 for a masked score
-                    p_s[row0 + rg + 4 * i, cg + GROUP * jj] = p
+                    p_t[cg + GROUP * jj, row0 + rg + 4 * i] = p
                     part += p
                 l[i] = alpha * l[i] + part
                 m[i] = m_new
@@ -293,14 +320,16 @@ def kernel(dtype, d, dv, block_q, block_k, causal):
             cuda.syncwarp(FULL_MASK)  # the warp's P rows are written before its lanes read them
 
             # O += P V_j: an outer product per key over the lane's RPL × NV tile
-            for c in range(BC):
+            c = 0
+            while c < BC:
                 for i in range(RPL):
-                    qv[i] = p_s[row0 + rg + 4 * i, c]
+                    qv[i] = p_t[c, row0 + rg + 4 * i]
                 for jv in range(NV):
                     vv[jv] = v_s[c, cg + GROUP * jv]
                 for i in range(RPL):
                     for jv in range(NV):
                         o_acc[i, jv] += qv[i] * vv[jv]
+                c += 1
 
         # epilogue: ℓ = Σ of the 8 lanes' partials; O / ℓ and LSE = m + log ℓ
         for i in range(RPL):
@@ -325,13 +354,14 @@ def kernel(dtype, d, dv, block_q, block_k, causal):
 
 
 def launch(q, k, v, o, lse, *, causal=False, scale=None, block_q=None, block_k=None,
-           kv_chunk=None, stream=0, small=False):
+           rows_per_lane=None, kv_chunk=None, stream=0, small=False):
     """Run on 4-D device arrays q (B, H, Sq, D), k (B, H, Sk, D), v (B, H, Sk, Dv).
 
     ``o`` (Z·B, H, Sq, Dv) and ``lse`` (Z·B, H, Sq, float32) receive the result; Z = 1
     unless ``kv_chunk`` (keys per split, default Sk) cuts the keys into Z = ⌈Sk/kv_chunk⌉
     ranges, each written as a normalised partial (see :mod:`.decode`).  ``block_q``,
-    ``block_k``: the tile sizes Br, Bc (default :func:`fit_tiles`).
+    ``block_k``: the tile sizes Br, Bc (default :func:`fit_tiles`); ``rows_per_lane``: RPL
+    (default :func:`default_rows_per_lane`).  ``small``: the simulator's one-warp tiles.
     """
     n_b, n_h, sq, d = q.shape
     sk, dv = k.shape[2], v.shape[3]
@@ -339,7 +369,9 @@ def launch(q, k, v, o, lse, *, causal=False, scale=None, block_q=None, block_k=N
     if block_q is None or block_k is None:
         fq, fk = fit_tiles(d, dv, small)
         block_q, block_k = block_q or fq, block_k or fk
-    check_tiles(d, dv, block_q, block_k)
+    if rows_per_lane is None:
+        rows_per_lane = default_rows_per_lane(block_q, d, dv)
+    check_tiles(d, dv, block_q, block_k, rows_per_lane)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     kv_chunk = max(sk, 1) if kv_chunk is None else int(kv_chunk)
     if kv_chunk < 1:
@@ -354,5 +386,5 @@ def launch(q, k, v, o, lse, *, causal=False, scale=None, block_q=None, block_k=N
     tiles = -(-sq // block_q)
     if tiles == 0 or n_b * n_h == 0:
         return
-    fwd, threads = kernel(q.dtype, d, dv, block_q, block_k, bool(causal))
+    fwd, threads = kernel(q.dtype, d, dv, block_q, block_k, bool(causal), rows_per_lane)
     fwd[(tiles, n_b * n_h, splits), threads, stream](q, k, v, o, lse, scale, kv_chunk)

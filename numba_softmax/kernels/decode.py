@@ -102,6 +102,22 @@ def _merge_grid(o, warps):
     return (-(-s // warps), n_b * n_h), 32 * warps
 
 
+_WORKSPACES = {}
+
+
+def _workspace(shape, dv, stream):
+    """The float32 partials (O: shape + (Dv,), LSE: shape), allocated once per stream and
+    grown as needed (a cudaMalloc per call would cost more than decoding one token); one
+    per stream, because two streams running at once must not share it."""
+    key = int(stream) if stream else 0  # a Numba stream's int() is its handle
+    n = shape[0] * shape[1] * shape[2]
+    need = n * (dv + 1)
+    buf = _WORKSPACES.get(key)
+    if buf is None or buf.shape[0] < need:
+        buf = _WORKSPACES[key] = cuda.device_array(max(need, 4096), dtype=np.float32, stream=stream)
+    return buf[: n * dv].reshape(*shape, dv), buf[n * dv : need].reshape(*shape)
+
+
 def split_chunk(sk, num_splits, block_k):
     """Keys per split: ⌈Sk / num_splits⌉ rounded up to whole tiles of ``block_k`` keys
     (so no split ends in a ragged tile but the last).  May give fewer splits than asked."""
@@ -111,7 +127,7 @@ def split_chunk(sk, num_splits, block_k):
     return max(block_k, -(-chunk // block_k) * block_k)
 
 
-def decode_block_q(sq, small=False):
+def decode_block_q(sq):
     """Query tile for split-KV: the smallest one-warp tile holding Sq rows (decoding has
     Sq = 1 … a few), else the forward kernel's default."""
     if sq <= 16:
@@ -120,7 +136,7 @@ def decode_block_q(sq, small=False):
 
 
 def launch(q, k, v, o, lse, *, num_splits, causal=False, scale=None, block_q=None,
-           block_k=None, kv_chunk=None, stream=0, small=False):
+           block_k=None, rows_per_lane=None, kv_chunk=None, stream=0, small=False):
     """Split-KV attention on 4-D device arrays (as :func:`.attention.launch`); ``o``
     (B, H, Sq, Dv) and ``lse`` (B, H, Sq, float32) receive the merged result.
 
@@ -130,16 +146,16 @@ def launch(q, k, v, o, lse, *, num_splits, causal=False, scale=None, block_q=Non
     n_b, n_h, sq, d = q.shape
     sk, dv = k.shape[2], v.shape[3]
     if block_q is None:
-        block_q = decode_block_q(sq, small)
+        block_q = decode_block_q(sq)
     if block_k is None:
         block_k = forward.fit_tiles(d, dv, small)[1]
     if kv_chunk is None:
         kv_chunk = split_chunk(sk, num_splits, block_k)
     splits = max(1, -(-sk // kv_chunk))
-    o_ws = cuda.device_array((splits * n_b, n_h, sq, dv), dtype=np.float32, stream=stream)
-    lse_ws = cuda.device_array((splits * n_b, n_h, sq), dtype=np.float32, stream=stream)
+    o_ws, lse_ws = _workspace((splits * n_b, n_h, sq), dv, stream)
     forward.launch(q, k, v, o_ws, lse_ws, causal=causal, scale=scale, block_q=block_q,
-                   block_k=block_k, kv_chunk=kv_chunk, stream=stream, small=small)
+                   block_k=block_k, rows_per_lane=rows_per_lane, kv_chunk=kv_chunk,
+                   stream=stream, small=small)
     merge_splits_launch(o_ws, lse_ws, o, lse, stream=stream, small=small)
 
 
