@@ -92,7 +92,7 @@ import numpy as np
 from numba import cuda
 
 from . import _arrays
-from .softmax import device_limits, _launch, softmax
+from .softmax import device_limits, launch_rows, softmax
 from .kernels.epilogue import SOFTMAX
 
 # --- the sweep ---------------------------------------------------------------------------
