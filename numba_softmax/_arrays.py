@@ -23,6 +23,11 @@ FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 
 
 # --- what kind of array is this? ----------------------------------------------------------
+def kind_of(x):
+    """"numpy", "cupy", "torch" or "numba"; TypeError for anything else."""
+    return _kind(x)
+
+
 def _kind(x):
     mod = type(x).__module__.split(".")[0]
     if isinstance(x, np.ndarray):

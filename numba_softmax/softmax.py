@@ -9,7 +9,7 @@ import functools
 
 from numba import cuda
 
-from . import _arrays
+from . import _arrays, _fastpath
 from .kernels import fused, online, split, three_pass
 from .kernels.epilogue import MODES
 
@@ -57,6 +57,12 @@ def _run(mode_name, x, axis, method, out, stream):
     mode = MODES[mode_name]
     keep_axis = mode_name != "logsumexp"
     stream = _arrays.as_stream(stream)
+    plan_key = None
+    if out is None and not _arrays._is_simulator():  # a repeat call replays its launch plan
+        plan_key = _fastpath.key(x, _arrays.kind_of(x), axis, method, mode, stream)
+        result = _fastpath.replay(plan_key, x)
+        if result is not None:
+            return result
     rows = _arrays.Rows(x, axis, stream)
     n_out = rows.n if keep_axis else 1
     target = _arrays.Out(out, rows, keep_axis) if out is not None else None  # checked first
@@ -70,7 +76,10 @@ def _run(mode_name, x, axis, method, out, stream):
         y_dev, y_user = rows.empty_like_rows(n_out)
     max_threads, num_sms = device_limits()
     chosen = choose(method, rows.rows, rows.n, max_threads, num_sms)
-    launch_rows(chosen, mode, rows.view, y_dev, stream, max_threads, num_sms)
+    with _fastpath.recording() as launches:
+        launch_rows(chosen, mode, rows.view, y_dev, stream, max_threads, num_sms)
+    if plan_key is not None and not direct:
+        _fastpath.store(plan_key, launches, rows, y_dev, y_user, keep_axis, stream)
     if direct:
         return target.out
     result = rows.finish(y_user, keep_axis)

@@ -10,6 +10,8 @@
   exactly (a bare ``-math.inf`` would silently turn float32 arithmetic into float64).
 """
 
+import threading
+
 import numba
 import numpy as np
 
@@ -22,3 +24,18 @@ _ACCUMULATE = {np.dtype(np.float16): numba.float32, np.dtype(np.float32): numba.
 def accumulator(dtype):
     """The numba type a kernel accumulates ``dtype`` values in."""
     return _ACCUMULATE[np.dtype(dtype)]
+
+
+_recording = threading.local()
+
+
+def launch_kernel(kernel, grid, block, stream, *args):
+    """``kernel[grid, block, stream](*args)``, the one place every kernel is launched.
+
+    While :mod:`numba_softmax._fastpath` records a launch plan, each launch is also
+    noted (kernel, grid, block, arguments), so the plan can replay it later without
+    Numba's per-call argument handling."""
+    kernel[grid, block, stream](*args)
+    notes = getattr(_recording, "launches", None)
+    if notes is not None:
+        notes.append((kernel, grid, block, args))

@@ -27,7 +27,7 @@ from numba import cuda
 
 from ..combine import weight_device
 from . import vector
-from ._compile import FASTMATH, accumulator
+from ._compile import FASTMATH, accumulator, launch_kernel
 from .epilogue import LOGSUMEXP, element, row_constant
 from .reduce import block_combine, warp_combine
 
@@ -109,9 +109,9 @@ def launch(x, y, mode, threads=None, vpt=None, stream=0, rows_per_block=4, max_t
         )
     if threads == 32:  # warp per row, several rows per block
         grid = -(-rows // rows_per_block)
-        kernel(x.dtype, 32 * rows_per_block, vpt, mode, 32, width)[grid, 32 * rows_per_block, stream](x, y)
+        launch_kernel(kernel(x.dtype, 32 * rows_per_block, vpt, mode, 32, width), grid, 32 * rows_per_block, stream, x, y)
     else:
-        kernel(x.dtype, threads, vpt, mode, threads, width)[rows, threads, stream](x, y)
+        launch_kernel(kernel(x.dtype, threads, vpt, mode, threads, width), rows, threads, stream, x, y)
 
 
 def _pow2_at_least(n):

@@ -22,7 +22,7 @@ from numba import cuda
 
 from ..combine import combine_device, weight_device
 from . import vector
-from ._compile import FASTMATH, accumulator
+from ._compile import FASTMATH, accumulator, launch_kernel
 from .epilogue import LOGSUMEXP, element, row_constant
 from .reduce import block_combine
 
@@ -80,7 +80,7 @@ def normalise_range(dtype, threads, vpt, width, mode):
                     load(x, row, j, v, i * width)
                 else:
                     for k in range(width):
-                        v[i * width + k] = acc(x[row, j + k]) if j + k < stop else acc(0.0)
+                        v[i * width + k] = acc(x[row, j + k]) if j + k < stop else m  # not written
             for i in range(vpt):
                 v[i] = element(v[i], m, c, mode)
             for i in range(vpt // width):
@@ -124,4 +124,4 @@ def launch(x, y, mode, threads=1024, vpt=8, stream=0):
     """Run on (rows, n) device arrays; ``y`` is (rows, n), or (rows, 1) for logsumexp."""
     width = vector.vector_width(x) if mode == LOGSUMEXP else vector.vector_width(x, y)
     vpt = max(vpt, width)
-    kernel(x.dtype, threads, vpt, mode, width)[x.shape[0], threads, stream](x, y)
+    launch_kernel(kernel(x.dtype, threads, vpt, mode, width), x.shape[0], threads, stream, x, y)

@@ -22,7 +22,7 @@ import math
 from numba import cuda
 
 from ..combine import combine_device
-from ._compile import FASTMATH, accumulator
+from ._compile import FASTMATH, accumulator, launch_kernel
 from . import vector
 from .epilogue import LOGSUMEXP, row_constant
 from .online import normalise_range, stream_state
@@ -105,5 +105,5 @@ def launch(x, y, mode, threads=256, vpt=8, splits=None, stream=0, num_sms=132):
     splits = -(-n // piece)  # no empty trailing pieces
     m_ws, l_ws = _workspace(rows, splits, "float64" if x.dtype.itemsize == 8 else "float32", stream)
     piece_states, normalise = kernels(x.dtype, threads, vpt, mode, width)
-    piece_states[(rows, splits), threads, stream](x, piece, m_ws, l_ws)
-    normalise[(rows, splits), threads, stream](x, piece, m_ws, l_ws, y)
+    launch_kernel(piece_states, (rows, splits), threads, stream, x, piece, m_ws, l_ws)
+    launch_kernel(normalise, (rows, splits), threads, stream, x, piece, m_ws, l_ws, y)

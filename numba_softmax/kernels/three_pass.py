@@ -19,7 +19,7 @@ import math
 from numba import cuda
 
 from ..combine import weight_device
-from ._compile import FASTMATH, accumulator
+from ._compile import FASTMATH, accumulator, launch_kernel
 from .epilogue import LOGSUMEXP, element, row_constant
 from .reduce import block_combine
 
@@ -59,4 +59,4 @@ def kernel(dtype, threads, mode):
 
 def launch(x, y, mode, threads=256, stream=0):
     """Run on (rows, n) device arrays; ``y`` is (rows, n), or (rows, 1) for logsumexp."""
-    kernel(x.dtype, threads, mode)[x.shape[0], threads, stream](x, y)
+    launch_kernel(kernel(x.dtype, threads, mode), x.shape[0], threads, stream, x, y)
