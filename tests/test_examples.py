@@ -1,0 +1,140 @@
+"""Every example runs in its small form (``--sim``: the CUDA simulator) and prints its table.
+
+Each script runs in a subprocess of its own — ``--sim`` must switch the simulator on
+before numba is imported, which a process that already imported numba cannot do — and
+the test reads the table it printed.  The GPU sizes are for running by hand.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def run_example(name, *args, timeout=300):
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONWARNINGS="ignore")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, str(EXAMPLES / name), "--sim", *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{name} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def table_rows(out, title):
+    """The data lines of the table whose title line starts with ``title``."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    rows = []
+    for line in lines[start + 3:]:  # title, header, rule
+        if not line.strip():
+            break
+        rows.append(line)
+    return rows
+
+
+def cells(line):
+    """The cells of a table line (columns are separated by at least two spaces)."""
+    return re.split(r"\s{2,}", line.strip())
+
+
+def floats(line):
+    return [float(x) for x in re.findall(r"-?\d+\.\d+e[-+]\d+", line)]
+
+
+def test_all_examples_are_tested():
+    scripts = sorted(p.name for p in EXAMPLES.glob("[0-9][0-9]_*.py"))
+    tested = sorted(n for n in globals() if n.startswith("test_0"))
+    assert len(scripts) == len(tested), (scripts, tested)
+
+
+def test_01_overflow():
+    out = run_example("01_overflow.py")
+    rows = table_rows(out, "naive vs safe softmax")
+    assert len(rows) == 14
+    for row in rows:
+        nan_rows = re.search(r"(\d+)/(\d+)", row).group(1)
+        if row.startswith("x·1000") and "naive" in row:
+            assert nan_rows != "0", row  # the naive formula overflows
+        else:
+            assert nan_rows == "0", row  # nothing else does
+    assert "Every safe kernel stayed finite:          yes" in out
+
+
+def test_02_block_sweep():
+    out = run_example("02_block_sweep.py")
+    rows = table_rows(out, "Online (streaming) softmax on the device")
+    assert [int(r.split()[0]) for r in rows] == [1, 2, 8, 32, 128, 512, 1024]
+    for row in rows:
+        err, sum_err, l_err = floats(row)
+        assert err < 1e-5 and sum_err < 1e-5 and l_err < 1e-5, row
+        assert " yes " in row  # the max is exact at every block size
+    kernel_rows = table_rows(out, "The online kernel (v3)")
+    assert len(kernel_rows) == 4
+    assert all(floats(r)[0] < 1e-5 for r in kernel_rows)
+
+
+def test_03_memory_traffic():
+    out = run_example("03_memory_traffic.py")
+    small = table_rows(out, "softmax of 2 × 64 float32")
+    names = [cells(r)[0] for r in small]
+    assert names == ["naive (5 kernels)", "v1 three_pass", "v3 online", "v4 split", "v2 fused",
+                     "copy"]
+    assert [int(cells(r)[2]) for r in small] == [32, 16, 12, 12, 8, 8]  # bytes per element
+    assert all(floats(r)[-1] < 1e-6 for r in small)  # every kernel checked before timing
+    long_row = table_rows(out, "softmax of 1 × 1100 float32")
+    assert any(r.startswith("v2 fused") and "—" in r for r in long_row)  # does not fit on chip
+    assert "does not fit on chip" in out
+
+
+def test_04_chunk_merge():
+    out = run_example("04_chunk_merge.py")
+    rows = table_rows(out, "Merged chunks vs the whole-row softmax")
+    assert len(rows) == 9
+    assert any("ring: pairwise update_out_and_lse" in r for r in rows)
+    for row in rows:
+        err, sum_err, lse_err = floats(row)
+        limit = 1e-12 if "host fp64" in row else 1e-5
+        assert err < limit and sum_err < limit and lse_err < 10 * limit, row
+
+
+def test_05_flash_attention():
+    out = run_example("05_flash_attention.py")
+    rows = table_rows(out, "Attention,")
+    assert sum("materialised" in r for r in rows) == 2
+    assert sum("single pass (flash)" in r for r in rows) == 2
+    assert all(floats(r)[0] < 1e-5 for r in rows)
+
+
+def test_06_split_kv_decode():
+    out = run_example("06_split_kv_decode.py")
+    rows = table_rows(out, "Decode attention (Sq = 1)")
+    assert sum("one block per query row" in r for r in rows) == 2
+    assert sum("split-KV, Z = " in r for r in rows) == 2
+    assert all(floats(r)[0] < 1e-5 for r in rows)
+    merged = table_rows(out, "merge_attention:")
+    assert len(merged) == 2 and all(max(floats(r)) < 1e-5 for r in merged)
+
+
+def test_07_block_tree():
+    out = run_example("07_block_tree.py")
+    for level in range(1, 11):
+        assert f"Level {level} —" in out
+    assert "all 32" in table_rows(out, "Level 5 —")[0]
+    final = table_rows(out, "The row's state")
+    assert [r.split()[0] for r in final] == ["host", "device", "reference"]
+    assert all(floats(r)[0] < 1e-5 for r in final)  # |lse − lse_fp64|
+    assert "The tree saw every value once (200 of 200)" in out
+
+
+@pytest.mark.parametrize("bad", [["--no-such-option"]])
+def test_examples_reject_unknown_options(bad):
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "04_chunk_merge.py"), "--sim", *bad],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "usage:" in proc.stderr
