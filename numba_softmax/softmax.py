@@ -14,6 +14,7 @@ from .kernels import fused, online, split, three_pass
 from .kernels.epilogue import MODES
 
 METHODS = ("auto", "three_pass", "fused", "online", "split")
+FUSED_UP_TO = 8192  # longest row ``auto`` gives the fused kernel (measured; see choose)
 
 
 @functools.cache
@@ -26,14 +27,19 @@ def device_limits():
 
 
 def choose(method, rows, n, max_threads, num_sms):
-    """The kernel ``auto`` picks for a (rows, n) problem (from the benchmark: the fused
-    kernel while the row fits on chip, split-row when there are too few rows to fill
-    the multiprocessors, the two-pass online kernel otherwise)."""
+    """The kernel ``auto`` picks for a (rows, n) problem.
+
+    From the benchmark (docs/benchmarks, H200): the fused kernel wins while a row is at
+    most 8192 values (one read, one write); beyond that the two-pass online kernel wins
+    even though fused would still fit (its blocks grow and fewer fit on a
+    multiprocessor); split-row wins only when there are too few rows to give every
+    multiprocessor a block of its own.
+    """
     if method != "auto":
         return method
-    if n <= max_threads * fused.MAX_VPT:
+    if n <= min(FUSED_UP_TO, max_threads * fused.MAX_VPT):
         return "fused"
-    return "split" if rows < 2 * num_sms else "online"
+    return "split" if rows < num_sms // 2 else "online"
 
 
 def launch_rows(method, mode, x, y, stream, max_threads, num_sms):
@@ -98,7 +104,7 @@ def softmax(x, axis=-1, *, method="auto", out=None, stream=None):
     axis : int
         The axis to normalise over (negative counts from the end).
     method : {"auto", "three_pass", "fused", "online", "split"}
-        Which kernel; ``"auto"`` picks by shape (``fused`` when the row fits on chip,
+        Which kernel; ``"auto"`` picks by shape (``fused`` for rows of up to 8192 values,
         ``split`` for few long rows, ``online`` otherwise).
     out : array, optional
         Where to write the result: same kind, shape and dtype as the result.  It may be
