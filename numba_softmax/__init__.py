@@ -21,6 +21,7 @@ if "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS" not in _os.environ:
 
 from .combine import combine  # noqa: E402
 from .softmax import log_softmax, logsumexp, softmax  # noqa: E402
+from .attention import attention, merge_attention  # noqa: E402  (the module stays importable by path)
 
 __version__ = "0.1.0"
-__all__ = ["combine", "softmax", "log_softmax", "logsumexp"]
+__all__ = ["combine", "softmax", "log_softmax", "logsumexp", "attention", "merge_attention"]

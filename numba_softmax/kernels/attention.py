@@ -38,10 +38,13 @@ How one block does it (W warps, 32·W threads; every warp owns 4·RPL query rows
 * Q_i (scaled) is staged once, transposed, in shared memory; each K_j tile is staged
   transposed and each V_j tile as is (float32, whatever the input type); the stride
   padding keeps every shared-memory read of the inner loops free of bank conflicts.
+  Staging reads 8 values per thread into registers before writing them (:func:`stager`):
+  8 loads in flight, not one.
 * S = Q_i K_jᵀ is an outer product over d: per d a lane reads RPL values of Q and Bc/8
   of K and does RPL·Bc/8 fused multiply-adds.
 * A row's Bc scores live in the 8 lanes of its row group: the row max is a 3-step
-  ``shfl_xor_sync`` butterfly (offsets 4, 2, 1).  The row *sum* can wait: every lane
+  ``shfl_xor_sync`` butterfly (offsets 4, 2, 1), with a max that keeps NaN
+  (:func:`nan_max`).  The row *sum* can wait: every lane
   keeps the partial ℓ of its own columns, re-based by the same α as the others, and the
   8 partials are added once, at the end.
 * P goes through shared memory, transposed (each warp writes and reads only its own
@@ -51,11 +54,12 @@ How one block does it (W warps, 32·W threads; every warp owns 4·RPL query rows
 Shared memory, float32: D·(Br+1) + D·(Bc+1) + Bc·8⌈Dv/8⌉ + Bc·(Br+pad) values, under the
 48 KB of static shared memory; :func:`fit_tiles` picks the largest tiles that fit:
 Br×Bc = 64×64 for D ≤ 32 (41 KB at D = 32), 64×32 for D ≤ 64 (41 KB), 32×16 for
-D ≤ 128 (35 KB).  Rows per lane (:func:`default_rows_per_lane`): RPL = 8 for D, Dv ≤ 64
-(Br = 64: 2 warps; per d a lane then does 32 multiply-adds for 12 shared-memory reads,
-against 16 for 8 with RPL = 4), RPL = 4 above (Br = 32: 2 warps).  Compiled for sm_90:
-about 165 registers a thread with RPL = 8, 100–130 with RPL = 4, no spills.  Head
-dimensions up to :data:`MAX_HEAD_DIM` (the registers of the O tile run out beyond).
+D ≤ 128 (35 KB), with RPL = 4: 4 warps (128 threads) for Br = 64, 2 for Br = 32.
+Compiled for sm_90 that is 100–130 registers a thread (D = 64 and D = 128), no spills,
+and the inner loops are shared loads and FMAs with constant address offsets.
+(``rows_per_lane=8`` cuts the shared-memory reads per FMA by a quarter to a third on paper, but at ~160
+registers the compiler recomputes every address in the d loop: measure before using it.)
+Head dimensions up to :data:`MAX_HEAD_DIM` (the registers of the O tile run out beyond).
 
 FLOPs: 2·Sq·Sk·D for Q Kᵀ plus 2·Sq·Sk·Dv for P V — 4·Sq·Sk·D per (batch·head) when
 Dv = D, about half of it with ``causal`` (Sq = Sk).
@@ -98,22 +102,14 @@ def _p_stride(br):
     return s
 
 
-def default_rows_per_lane(block_q, d, dv):
-    """RPL = 8 where the lane's O tile (8 × ⌈Dv/8⌉) and score tile still fit in registers
-    (D, Dv <= 64) and Br >= 32: fewer shared-memory reads per multiply-add, at about 165
-    registers a thread.  Otherwise 4 (Br/4 for Br < 16)."""
-    if block_q >= 32 and block_q % 32 == 0 and max(d, dv) <= 64:
-        return 8
-    return min(4, block_q // 4)
-
-
 def split_rows(block_q, rows_per_lane=None):
     """(warps W, rows per lane RPL) for Br = block_q = 4·RPL·W query rows (default RPL:
-    4, or Br/4 for Br < 16)."""
+    4 where it divides, else 2 or 1)."""
     if block_q % 4 or block_q < 4:
         raise ValueError(f"block_q must be a positive multiple of 4, got {block_q}")
-    if rows_per_lane is None:
-        rows_per_lane = min(4, block_q // 4)
+    if rows_per_lane is None:  # the largest of 4, 2, 1 that tiles Br with at most 8 warps
+        rows_per_lane = next((r for r in (4, 2, 1) if block_q % (4 * r) == 0
+                              and block_q // (4 * r) <= 8), 4)
     if rows_per_lane not in (1, 2, 4, 8) or block_q % (4 * rows_per_lane):
         raise ValueError(f"rows_per_lane must be 1, 2, 4 or 8 and divide block_q/4; got "
                          f"rows_per_lane={rows_per_lane}, block_q={block_q}")
@@ -163,36 +159,58 @@ def check_head_dims(d, dv):
         )
 
 
+@cuda.jit(device=True)
+def nan_max(a, b):
+    """max(a, b) that keeps a NaN (``a if a > b else b`` would drop it): a row with a NaN
+    score gets m = NaN and so a NaN output and LSE, as in the combiner and in PyTorch."""
+    return a if (a > b or a != a) else b
+
+
 @functools.cache
-def stager(dtype, threads, rows, cols, width, transpose):
+def stager(dtype, threads, rows, cols, width, transpose, batch=8):
     """Device function: copy a tile of ``rows`` rows of a (B, H, S, cols) array into a
     shared (rows, width) array — or (width, rows) with ``transpose`` — times ``sc``, in the
     accumulator type.  Rows ≥ ``stop`` and columns ≥ ``cols`` (the padding) read as 0.
 
     Consecutive threads take consecutive columns (coalesced global reads); each thread
     walks the tile in steps of ``threads`` elements, carrying (row, column) along instead
-    of dividing.
+    of dividing.  It reads ``batch`` values into registers before it writes any of them:
+    a shared-memory store between two loads could (for the compiler) alias the second
+    load's address, and would make every load wait for the one before — ``batch`` loads
+    are in flight instead of one.  (Not the whole tile at once: the compiler would then
+    keep every element's address in registers for the whole kernel.)
     """
     acc = accumulator(dtype)
     STEP_R, STEP_C = threads // width, threads % width
 
-    @cuda.jit(device=True, fastmath=FASTMATH)
+    @cuda.jit(device=True)
     def stage(dst, src, b, h, first, stop, sc):
         tid = cuda.threadIdx.x
         r, c = tid // width, tid % width
-        while r < rows:
-            x = acc(0.0)
-            if first + r < stop and c < cols:
-                x = acc(src[b, h, first + r, c]) * sc
-            if transpose:
-                dst[c, r] = x
-            else:
-                dst[r, c] = x
-            r += STEP_R
-            c += STEP_C
-            if c >= width:
-                c -= width
-                r += 1
+        buf = cuda.local.array(batch, acc)
+        while r < rows:  # a loop the compiler cannot unroll away: one batch at a time
+            r1, c1 = r, c
+            for u in range(batch):  # the batch's loads, all in flight together
+                x = acc(0.0)
+                if r1 < rows and first + r1 < stop and c1 < cols:
+                    x = acc(src[b, h, first + r1, c1]) * sc
+                buf[u] = x
+                r1 += STEP_R
+                c1 += STEP_C
+                if c1 >= width:
+                    c1 -= width
+                    r1 += 1
+            for u in range(batch):  # then their stores
+                if r < rows:
+                    if transpose:
+                        dst[c, r] = buf[u]
+                    else:
+                        dst[r, c] = buf[u]
+                r += STEP_R
+                c += STEP_C
+                if c >= width:
+                    c -= width
+                    r += 1
 
     return stage
 
@@ -300,13 +318,12 @@ def kernel(dtype, d, dv, block_q, block_k, causal, rows_per_lane=None):
             for i in range(RPL):
                 mx = s[i, 0]
                 for jj in range(1, CPL):
-                    mx = s[i, jj] if s[i, jj] > mx else mx
+                    mx = nan_max(s[i, jj], mx)
                 offset = GROUP // 2
                 while offset > 0:  # the row max over its 8 lanes
-                    other = cuda.shfl_xor_sync(FULL_MASK, mx, offset)
-                    mx = other if other > mx else mx
+                    mx = nan_max(cuda.shfl_xor_sync(FULL_MASK, mx, offset), mx)
                     offset //= 2
-                m_new = mx if mx > m[i] else m[i]
+                m_new = nan_max(mx, m[i])
                 alpha = weight_device(m[i], m_new)  # exp(m − m'), 0 when m = −inf
                 part = zero
                 for jj in range(CPL):
@@ -361,7 +378,7 @@ def launch(q, k, v, o, lse, *, causal=False, scale=None, block_q=None, block_k=N
     unless ``kv_chunk`` (keys per split, default Sk) cuts the keys into Z = ⌈Sk/kv_chunk⌉
     ranges, each written as a normalised partial (see :mod:`.decode`).  ``block_q``,
     ``block_k``: the tile sizes Br, Bc (default :func:`fit_tiles`); ``rows_per_lane``: RPL
-    (default :func:`default_rows_per_lane`).  ``small``: the simulator's one-warp tiles.
+    (default :func:`split_rows`).  ``small``: the simulator's one-warp tiles.
     """
     n_b, n_h, sq, d = q.shape
     sk, dv = k.shape[2], v.shape[3]
@@ -369,8 +386,6 @@ def launch(q, k, v, o, lse, *, causal=False, scale=None, block_q=None, block_k=N
     if block_q is None or block_k is None:
         fq, fk = fit_tiles(d, dv, small)
         block_q, block_k = block_q or fq, block_k or fk
-    if rows_per_lane is None:
-        rows_per_lane = default_rows_per_lane(block_q, d, dv)
     check_tiles(d, dv, block_q, block_k, rows_per_lane)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     kv_chunk = max(sk, 1) if kv_chunk is None else int(kv_chunk)

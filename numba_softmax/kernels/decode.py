@@ -128,10 +128,11 @@ def split_chunk(sk, num_splits, block_k):
 
 
 def decode_block_q(sq):
-    """Query tile for split-KV: the smallest one-warp tile holding Sq rows (decoding has
-    Sq = 1 … a few), else the forward kernel's default."""
-    if sq <= 16:
-        return max(4, -(-sq // 4) * 4)
+    """Query tile for split-KV: the smallest one-warp tile (4, 8 or 16 rows) holding Sq rows
+    (decoding has Sq = 1 … a few), else None: the forward kernel's default."""
+    for block_q in (4, 8, 16):
+        if sq <= block_q:
+            return block_q
     return None
 
 
