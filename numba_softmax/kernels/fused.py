@@ -38,7 +38,7 @@ MAX_VPT = 32  # values per thread held in registers; beyond this they would spil
 def kernel(dtype, threads, vpt, mode, row_threads, width):
     acc = accumulator(dtype)
     rows_per_block = threads // row_threads
-    load, store = vector.io(width)
+    load_row, store_row = vector.row_io(width)
 
     @cuda.jit(fastmath=FASTMATH)
     def fused(x, y):
@@ -54,13 +54,8 @@ def kernel(dtype, threads, vpt, mode, row_threads, width):
             return  # a whole warp past the last row: no one below waits for it
 
         # 1. load: VPT values as VPT/W vectors of W, all issued before any is used
-        for i in range(vpt // width):
-            j = (t + i * row_threads) * width  # thread t's i-th vector: coalesced
-            if j + width <= n:
-                load(x, row, j, v, i * width)
-            else:  # the ragged end of the row; padding is −inf, which weighs 0
-                for k in range(width):
-                    v[i * width + k] = acc(x[row, j + k]) if j + k < n else acc(-math.inf)
+        for i in range(vpt // width):  # thread t's i-th vector: coalesced; −inf pads
+            load_row(x, row, (t + i * row_threads) * width, n, v, i * width, acc(-math.inf))
         m = acc(-math.inf)  # 2. this thread's state: its max, then Σ exp(v − max)
         for i in range(vpt):
             m = v[i] if v[i] > m else m
@@ -79,13 +74,7 @@ def kernel(dtype, threads, vpt, mode, row_threads, width):
         for i in range(vpt):  # 4. normalise in registers, then write W at a time
             v[i] = element(v[i], m, c, mode)
         for i in range(vpt // width):
-            j = (t + i * row_threads) * width
-            if j + width <= n:
-                store(y, row, j, v, i * width)
-            else:
-                for k in range(width):
-                    if j + k < n:
-                        y[row, j + k] = v[i * width + k]
+            store_row(y, row, (t + i * row_threads) * width, n, v, i * width)
 
     return fused
 

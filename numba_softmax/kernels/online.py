@@ -34,7 +34,7 @@ def stream_state(dtype, threads, vpt, width):
     a piece of a row the same way.  ``start`` must be a multiple of W."""
     acc = accumulator(dtype)
     chunk = threads * vpt
-    load, _ = vector.io(width)
+    load_row, _ = vector.row_io(width)
 
     @cuda.jit(device=True, fastmath=FASTMATH)
     def fold(x, row, start, stop):
@@ -43,12 +43,7 @@ def stream_state(dtype, threads, vpt, width):
         m, l = acc(-math.inf), acc(0.0)
         for base in range(start, stop, chunk):
             for i in range(vpt // width):  # all loads of the chunk before any exp
-                j = base + (t + i * threads) * width
-                if j + width <= stop:
-                    load(x, row, j, v, i * width)
-                else:  # the ragged end: padding is −inf, which weighs 0
-                    for k in range(width):
-                        v[i * width + k] = acc(x[row, j + k]) if j + k < stop else acc(-math.inf)
+                load_row(x, row, base + (t + i * threads) * width, stop, v, i * width, acc(-math.inf))
             m_chunk = acc(-math.inf)
             for i in range(vpt):
                 m_chunk = v[i] if v[i] > m_chunk else m_chunk
@@ -67,7 +62,7 @@ def normalise_range(dtype, threads, vpt, width, mode):
     and constant c (pass 2), with the same chunks and vectors as pass 1."""
     acc = accumulator(dtype)
     chunk = threads * vpt
-    load, store = vector.io(width)
+    load_row, store_row = vector.row_io(width)
 
     @cuda.jit(device=True, fastmath=FASTMATH)
     def write(x, y, row, start, stop, m, c):
@@ -75,22 +70,11 @@ def normalise_range(dtype, threads, vpt, width, mode):
         v = cuda.local.array(vpt, acc)
         for base in range(start, stop, chunk):
             for i in range(vpt // width):  # VPT loads in flight per thread
-                j = base + (t + i * threads) * width
-                if j + width <= stop:
-                    load(x, row, j, v, i * width)
-                else:
-                    for k in range(width):
-                        v[i * width + k] = acc(x[row, j + k]) if j + k < stop else m  # not written
+                load_row(x, row, base + (t + i * threads) * width, stop, v, i * width, m)
             for i in range(vpt):
                 v[i] = element(v[i], m, c, mode)
             for i in range(vpt // width):
-                j = base + (t + i * threads) * width
-                if j + width <= stop:
-                    store(y, row, j, v, i * width)
-                else:
-                    for k in range(width):
-                        if j + k < stop:
-                            y[row, j + k] = v[i * width + k]
+                store_row(y, row, base + (t + i * threads) * width, stop, v, i * width)
 
     return write
 

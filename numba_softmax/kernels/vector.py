@@ -117,6 +117,37 @@ else:
         return load, store
 
 
+@functools.cache
+def row_io(width):
+    """``load_row``/``store_row``: :func:`io`'s vector access where the W values lie inside
+    the row (j + W <= stop), value by value at its ragged end.  ``load_row`` fills the
+    places past ``stop`` with ``pad`` (−inf for a max or a sum, which weighs 0)."""
+    from numba import cuda
+
+    from ._compile import FASTMATH
+
+    load, store = io(width)
+
+    @cuda.jit(device=True, fastmath=FASTMATH)
+    def load_row(x, row, j, stop, v, offset, pad):
+        if j + width <= stop:
+            load(x, row, j, v, offset)
+        else:
+            for k in range(width):
+                v[offset + k] = x[row, j + k] if j + k < stop else pad
+
+    @cuda.jit(device=True, fastmath=FASTMATH)
+    def store_row(y, row, j, stop, v, offset):
+        if j + width <= stop:
+            store(y, row, j, v, offset)
+        else:
+            for k in range(width):
+                if j + k < stop:
+                    y[row, j + k] = v[offset + k]
+
+    return load_row, store_row
+
+
 def vector_width(*arrays):
     """The widest W every (rows, n) array allows: unit column stride, row stride a
     multiple of W, 16-byte aligned base (not checkable, and not needed, on the simulator)."""
