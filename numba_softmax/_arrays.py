@@ -293,6 +293,10 @@ class Out:
         self.direct = None
         if kind != "numpy" and not _is_simulator() and rows.rows and rows.n:
             self.direct = self._direct_view()
+        if kind == "numba" and self.direct is None and not out.is_c_contiguous():
+            # the result would have to be copied in, and Numba copies only contiguous arrays
+            raise ValueError("out: a strided Numba device array is written only when its axes "
+                             "fold into rows the kernels can address; pass a contiguous array")
 
     def _direct_view(self):
         """A (rows, n) — or (rows, 1) — view of ``out`` the kernels can write, or None."""
@@ -306,10 +310,7 @@ class Out:
             folded = _fold_rows(tuple(out.shape) + (1,), strides + (1,), len(out.shape))
         self._check_alias(desc, strides)
         if folded is None or min(folded[2:]) < 0:
-            if rows.kind == "numba":
-                raise ValueError("out: a Numba device array whose axes cannot be viewed as rows "
-                                 "(pass a contiguous array)")
-            return None
+            return None  # a copy is filled in afterwards (Numba arrays: refused in __init__)
         n_rows, n, rs, cs = folded
         return _device_view(out, rows.kind, (n_rows, n), (rs * itemsize, cs * itemsize))
 

@@ -41,6 +41,7 @@ from numba import cuda
 __all__ = [
     "IDENTITY",
     "weight",
+    "larger",
     "combine",
     "lse",
     "combine_np",
@@ -71,6 +72,14 @@ def weight(m_i, m):
     return math.exp(m_i)  # m_i is −inf (→ 0) or NaN (→ NaN, which must propagate)
 
 
+def larger(a, b):
+    """max(a, b), but a NaN on either side wins, whatever the order (``a != a``: NaN).
+
+    Python's ``max`` and a plain ``a if a > b else b`` both drop a NaN in one of the two
+    places; the row max of every kernel, and the combiner, use this instead."""
+    return a if (a > b or a != a) else b
+
+
 def combine(m_a, l_a, m_b, l_b):
     """Merge two (m, ℓ) states into the state of their union.
 
@@ -80,8 +89,7 @@ def combine(m_a, l_a, m_b, l_b):
     >>> combine(0.0, 1.0, 1.0, 1.0)   # the states of [0] and [1] → the state of [0, 1]
     (1.0, 1.3678794411714423)
     """
-    # not max(): a NaN on either side must win, whatever the order (m_a != m_a: NaN)
-    m = m_a if (m_a > m_b or m_a != m_a) else m_b
+    m = larger(m_a, m_b)
     return m, l_a * weight(m_a, m) + l_b * weight(m_b, m)
 
 
@@ -108,7 +116,8 @@ def _device_twin(fn, **device_helpers):
 
 
 weight_device = _device_twin(weight)
-combine_device = _device_twin(combine, weight=weight_device)
+larger_device = _device_twin(larger)
+combine_device = _device_twin(combine, weight=weight_device, larger=larger_device)
 lse_device = _device_twin(lse)
 
 

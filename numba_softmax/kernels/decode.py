@@ -99,6 +99,8 @@ def _merge_kernels(dtype, warps):
 
 def _merge_grid(o, warps):
     n_b, n_h, s = o.shape[0], o.shape[1], o.shape[2]
+    if n_b * n_h > 65535:  # grid y, as in the forward kernel
+        raise ValueError(f"at most 65535 batch·heads per launch, got {n_b * n_h}")
     return (-(-s // warps), n_b * n_h), 32 * warps
 
 

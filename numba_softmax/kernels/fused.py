@@ -25,7 +25,7 @@ import math
 
 from numba import cuda
 
-from ..combine import weight_device
+from ..combine import larger_device, weight_device
 from . import vector
 from ._compile import FASTMATH, accumulator, launch_kernel
 from .epilogue import LOGSUMEXP, element, row_constant
@@ -58,7 +58,7 @@ def kernel(dtype, threads, vpt, mode, row_threads, width):
             load_row(x, row, (t + i * row_threads) * width, n, v, i * width, acc(-math.inf))
         m = acc(-math.inf)  # 2. this thread's state: its max, then Σ exp(v − max)
         for i in range(vpt):
-            m = v[i] if v[i] > m else m
+            m = larger_device(m, v[i])  # a NaN is kept
         l = acc(0.0)
         for i in range(vpt):
             l += weight_device(v[i], m)

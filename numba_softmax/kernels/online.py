@@ -20,7 +20,7 @@ import math
 
 from numba import cuda
 
-from ..combine import combine_device, weight_device
+from ..combine import combine_device, larger_device, weight_device
 from . import vector
 from ._compile import FASTMATH, accumulator, launch_kernel
 from .epilogue import LOGSUMEXP, element, row_constant
@@ -46,7 +46,7 @@ def stream_state(dtype, threads, vpt, width):
                 load_row(x, row, base + (t + i * threads) * width, stop, v, i * width, acc(-math.inf))
             m_chunk = acc(-math.inf)
             for i in range(vpt):
-                m_chunk = v[i] if v[i] > m_chunk else m_chunk
+                m_chunk = larger_device(m_chunk, v[i])  # a NaN is kept
             l_chunk = acc(0.0)
             for i in range(vpt):
                 l_chunk += weight_device(v[i], m_chunk)

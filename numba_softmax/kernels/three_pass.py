@@ -18,7 +18,7 @@ import math
 
 from numba import cuda
 
-from ..combine import weight_device
+from ..combine import larger_device, weight_device
 from ._compile import FASTMATH, accumulator, launch_kernel
 from .epilogue import LOGSUMEXP, element, row_constant
 from .reduce import block_combine
@@ -37,8 +37,7 @@ def kernel(dtype, threads, mode):
 
         m = acc(-math.inf)  # pass 1: the max
         for j in range(t, n, threads):
-            xj = acc(x[row, j])
-            m = xj if (xj > m or xj != xj) else m  # a NaN is kept, as the combiner keeps it
+            m = larger_device(m, acc(x[row, j]))  # a NaN is kept, as the combiner keeps it
         m, _ = block_combine(m, acc(0.0), m_shared, l_shared)
 
         l = acc(0.0)  # pass 2: the sum, every thread against the same m

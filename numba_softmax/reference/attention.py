@@ -42,8 +42,8 @@ def _visible(i, j, sq, sk):
 
 def _finish(m, l, o, return_lse):
     """O / ℓ and LSE = m + log ℓ; rows that saw nothing (ℓ = 0) get O = 0, LSE = −inf."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = np.where(l[..., None] > 0, o / np.where(l > 0, l, 1.0)[..., None], 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):  # ℓ = 0 → 0, ℓ = NaN → NaN
+        out = np.where(l[..., None] == 0, 0.0, o / np.where(l == 0, 1.0, l)[..., None])
     return (out, lse_np(m, l)) if return_lse else out
 
 
