@@ -18,7 +18,7 @@ run reliability python3 -m pytest -q -p no:cacheprovider tests/test_reliability.
 run fuzz python3 -m pytest -q -p no:cacheprovider --hypothesis-profile=fuzz \
     --hypothesis-seed=12345 --hypothesis-show-statistics tests/test_fuzz.py
 for tool in memcheck racecheck synccheck initcheck; do
-    run "sanitize-$tool" python3 scripts/sanitize.py --tool "$tool" --log-dir "$logs/sanitizer"
+    run "sanitize-$tool" python3 scripts/sanitize.py --tool "$tool" --log-dir build/sanitize
 done
 wait "${pids[@]}"
 
