@@ -37,7 +37,7 @@ def choose(method, rows, n, max_threads, num_sms):
     """
     if method != "auto":
         return method
-    if n <= min(FUSED_UP_TO, max_threads * fused.MAX_VPT):
+    if n <= min(FUSED_UP_TO, fused.max_row(max_threads)):
         return "fused"
     return "split" if rows < num_sms // 2 else "online"
 

@@ -39,6 +39,7 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 from numba import cuda
 
+from numba_softmax._arrays import _numba_permuted  # Numba transposes only 2-D arrays
 import numba_softmax as ns
 from numba_softmax import reference as R
 from numba_softmax.kernels import fused
@@ -131,7 +132,13 @@ class View:
     def apply(self, base):
         x = base[self.slices()]
         if self.transpose and x.ndim > 1:
-            x = x.T if not hasattr(x, "permute") else x.permute(*reversed(range(x.ndim)))
+            axes = list(reversed(range(x.ndim)))
+            if hasattr(x, "permute"):
+                x = x.permute(*axes)
+            elif hasattr(x, "copy_to_host"):  # Numba transposes only 2-D arrays itself
+                x = _numba_permuted(x, axes)
+            else:
+                x = x.T
         return x
 
     def __repr__(self):
@@ -179,6 +186,8 @@ def to_kind(host_base, view, kind):
     if kind == "numpy":
         return view.apply(host_base)
     if kind == "numba":
+        if 0 in view.shape:  # Numba cannot slice an empty view out of a device array
+            return cuda.to_device(np.ascontiguousarray(view.apply(host_base)))
         return view.apply(cuda.to_device(np.ascontiguousarray(host_base)))
     if kind == "torch":
         import torch
@@ -252,7 +261,7 @@ def max_threads():
 
 
 def fits_fused(n):
-    return n <= max_threads() * fused.MAX_VPT
+    return n <= fused.max_row(max_threads())
 
 
 def call(func, method, x, axis, **kw):

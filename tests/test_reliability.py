@@ -32,6 +32,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
+from numba_softmax._arrays import _numba_permuted  # Numba transposes only 2-D arrays
 import numba_softmax as ns
 from numba_softmax import reference as R
 from numba_softmax.kernels import fused, online, split, three_pass
@@ -142,7 +143,7 @@ def test_attention_inputs_never_modified(kind):
     bufs = [q, k_t, v] if kind == "numpy" else [cuda.to_device(a) for a in (q, k_t, v)]
     before = [digest(b) for b in bufs]
     qb, kb, vb = bufs
-    kv = np.swapaxes(kb, -1, -2) if kind == "numpy" else kb.transpose((0, 2, 1))
+    kv = np.swapaxes(kb, -1, -2) if kind == "numpy" else _numba_permuted(kb, [0, 2, 1])
     o, lse = A.attention(qb, kv, vb, return_lse=True)
     o2, lse2 = A.attention(qb, kv, vb, causal=True, num_splits=3, return_lse=True)
     snap = [digest(b) for b in (o, lse, o2, lse2)]
@@ -285,7 +286,7 @@ def test_bad_arguments_refused_before_any_kernel(traps):
 @gpu_only
 def test_numba_out_that_cannot_be_viewed_as_rows_refused_before_any_kernel(traps):
     x = cuda.to_device(np.ones((2, 3, 4), np.float32))
-    out = cuda.device_array((4, 2, 3), np.float32).transpose((1, 2, 0))  # (2, 3, 4), scrambled
+    out = _numba_permuted(cuda.device_array((4, 2, 3), np.float32), [1, 2, 0])  # (2, 3, 4), scrambled
     traps.clear()
     with pytest.raises(ValueError, match="rows|contiguous"):
         ns.softmax(x, axis=1, out=out)

@@ -37,7 +37,7 @@ def rng():
 
 
 def fused_fits(n):
-    return n <= ns.softmax.__globals__["device_limits"]()[0] * fused.MAX_VPT
+    return n <= fused.max_row(ns.softmax.__globals__["device_limits"]()[0])
 
 
 def check(func_name, method, x, **kw):
@@ -196,7 +196,7 @@ def test_result_independent_of_launch_configuration(x, threads, vpt, splits):
     np.testing.assert_allclose(run(online, x, threads=threads, vpt=vpt), want, **tol)
     np.testing.assert_allclose(run(three_pass, x, threads=threads), want, **tol)
     np.testing.assert_allclose(run(split, x, threads=threads, vpt=vpt, splits=splits), want, **tol)
-    if x.shape[1] <= threads * fused.MAX_VPT:
+    if x.shape[1] <= threads * fused.max_vpt(threads):
         np.testing.assert_allclose(run(fused, x, threads=threads), want, **tol)
 
 

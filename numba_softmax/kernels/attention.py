@@ -357,13 +357,13 @@ def kernel(dtype, d, dv, block_q, block_k, causal, rows_per_lane=None):
                 offset //= 2
             row = i0 + row0 + rg + 4 * i
             if row < sq:
-                inv = zero
-                if lt != zero:  # ℓ = 0: the row saw no key → O = 0 (and LSE = −inf)
-                    inv = acc(1.0) / lt
+                inv = acc(1.0) / lt if lt != zero else zero
                 for jv in range(NV):
                     col = cg + GROUP * jv
                     if col < DV:
-                        o[zb, h, row, col] = o_acc[i, jv] * inv
+                        # ℓ = 0: the row saw no key → O = 0, chosen, not multiplied: its
+                        # O may hold 0·NaN from a NaN in V at a key of weight 0
+                        o[zb, h, row, col] = o_acc[i, jv] * inv if lt != zero else zero
                 if cg == 0:
                     lse[zb, h, row] = lse_device(m[i], lt)
 

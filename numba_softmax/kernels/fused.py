@@ -91,7 +91,7 @@ def launch(x, y, mode, threads=None, vpt=None, stream=0, rows_per_block=4, max_t
     if threads is None:
         threads = 32 if n <= 32 * MAX_VPT else min(max_threads, max(64, _pow2_at_least(n // 16)))
     vpt = max(vpt or fit_vpt(n, threads), width)
-    if threads * vpt < n or vpt % width:
+    if threads * vpt < n or vpt % width or vpt > max_vpt(threads):
         raise ValueError(
             f"fused keeps a row on chip: at most threads·vpt = {threads}·{vpt} = "
             f"{threads * vpt} values, got a row of {n}; use method='online' or 'split'"
@@ -110,15 +110,26 @@ def _pow2_at_least(n):
     return p
 
 
+def max_vpt(threads):
+    """Values one thread may hold: ``MAX_VPT``, or half of it in a block of 1024 threads,
+    where the register file (64K per multiprocessor) leaves each thread 64 registers."""
+    return MAX_VPT if threads <= 512 else MAX_VPT // 2
+
+
+def max_row(max_threads):
+    """The longest row the fused kernel takes with blocks of at most ``max_threads``."""
+    return max(t * max_vpt(t) for t in (32, 64, 128, 256, 512, 1024) if t <= max_threads)
+
+
 def fit_vpt(n, threads):
     """The smallest power-of-two values-per-thread that holds a row of n; ValueError if
-    even ``MAX_VPT`` does not."""
+    even :func:`max_vpt` does not."""
     vpt = 1
-    while threads * vpt < n and vpt < MAX_VPT:
+    while threads * vpt < n and vpt < max_vpt(threads):
         vpt *= 2
     if threads * vpt < n:
         raise ValueError(
-            f"a row of {n} values does not fit on chip (at most {threads}·{MAX_VPT} = "
-            f"{threads * MAX_VPT} with {threads} threads); use method='online' or 'split'"
+            f"a row of {n} values does not fit on chip (at most {threads}·{max_vpt(threads)} = "
+            f"{threads * max_vpt(threads)} with {threads} threads); use method='online' or 'split'"
         )
     return vpt
