@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every check this project runs on a GPU, in parallel processes (one GPU, many CPU cores):
 # the test suite with the GPU Hypothesis profile, the reliability tests (streams, huge
-# inputs), the long fuzz run (seed 12345) and compute-sanitizer's four tools.
+# inputs), the long fuzz run (seed 12345), every example in its GPU form and
+# compute-sanitizer's four tools.
 # Usage: scripts/gpu_check.sh [LOG_DIR]      (default build/gpu-check); prints a summary.
 set -u
 cd "$(dirname "$0")/.."
@@ -17,6 +18,7 @@ run suite python3 -m pytest -q -p no:cacheprovider --hypothesis-profile=gpu \
 run reliability python3 -m pytest -q -p no:cacheprovider tests/test_reliability.py
 run fuzz python3 -m pytest -q -p no:cacheprovider --hypothesis-profile=fuzz \
     --hypothesis-seed=12345 --hypothesis-show-statistics tests/test_fuzz.py
+run examples bash -c 'for f in examples/0*.py; do echo "== $f"; python3 "$f" || exit 1; done'
 for tool in memcheck racecheck synccheck initcheck; do
     run "sanitize-$tool" python3 scripts/sanitize.py --tool "$tool" --log-dir build/sanitize
 done
