@@ -44,7 +44,7 @@ import numba_softmax as ns
 from numba_softmax import reference as R
 from numba_softmax.kernels import fused
 
-from _helpers import SIMULATOR, sized
+from _helpers import SIMULATOR, device_kinds, sized
 
 try:
     from numba_softmax.attention import attention, merge_attention
@@ -83,27 +83,7 @@ EXTREMES = {
 OVERFLOW = {F16: 65520.0, F32: float(np.finfo(np.float32).max) * (1 + 2.0**-25), F64: math.inf}
 
 
-def _device_kinds():
-    kinds = ["numba"]
-    if SIMULATOR:
-        return kinds
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            kinds.append("torch")
-    except ImportError:
-        pass
-    try:
-        import cupy  # noqa: F401
-
-        kinds.append("cupy")
-    except ImportError:
-        pass
-    return kinds
-
-
-DEVICE_KINDS = _device_kinds()
+DEVICE_KINDS = device_kinds()
 
 
 # --- arrays: values, views, kinds -----------------------------------------------------------

@@ -37,7 +37,7 @@ import numba_softmax as ns
 from numba_softmax import reference as R
 from numba_softmax.kernels import fused, online, split, three_pass
 
-from _helpers import SIMULATOR, sized
+from _helpers import SIMULATOR, device_kinds, sized
 
 try:  # the modules (numba_softmax.attention may also name the function)
     A = importlib.import_module("numba_softmax.attention")
@@ -439,25 +439,6 @@ def test_attention_too_many_heads_is_a_clear_error():
 
 
 # --- repeat calls: results are never overwritten, inputs never cached --------------------------
-def _array_kinds():
-    kinds = ["numba"]
-    if not SIMULATOR:
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                kinds.append("torch")
-        except ImportError:
-            pass
-        try:
-            import cupy  # noqa: F401
-
-            kinds.append("cupy")
-        except ImportError:
-            pass
-    return kinds
-
-
 def to_kind(host, kind):
     if kind == "numba":
         return cuda.to_device(host)
@@ -470,7 +451,7 @@ def to_kind(host, kind):
     return cupy.asarray(host)
 
 
-@pytest.mark.parametrize("kind", _array_kinds())
+@pytest.mark.parametrize("kind", device_kinds())
 @pytest.mark.parametrize("method", ["auto", "split"])
 def test_repeat_calls_keep_earlier_results_and_see_new_data(kind, method):
     """The first call on a layout may record a launch plan and later calls replay it
