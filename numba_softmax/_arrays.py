@@ -19,6 +19,8 @@ import operator
 import numpy as np
 from numba import cuda
 
+from ._sim import simulator_enabled as _is_simulator
+
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -124,12 +126,6 @@ def _fold_rows(shape, strides, axis):
         if st_outer != st_inner * s_inner:
             return None
     return rows, n, lead[-1][1], col_stride
-
-
-def _is_simulator():
-    from numba.cuda.core import config
-
-    return bool(config.ENABLE_CUDASIM)
 
 
 class Rows:

@@ -13,7 +13,6 @@ again before the board is reused.  Like the hardware's full-mask shuffle, it nee
 every lane of the warp to take part (the kernels here use whole warps).
 """
 
-import os
 import threading
 
 WARP = 32
@@ -23,7 +22,7 @@ def simulator_enabled():
     """True when numba runs kernels on the CUDA simulator."""
     from numba.cuda.core import config
 
-    return bool(config.ENABLE_CUDASIM) or os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+    return bool(config.ENABLE_CUDASIM)
 _lock = threading.Lock()
 
 
