@@ -1,6 +1,8 @@
-"""Shared test helpers: the run mode and sizes scaled to it."""
+"""Shared test helpers: the run mode, sizes scaled to it, array kinds."""
 
 import os
+
+import numpy as np
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
@@ -29,3 +31,16 @@ def device_kinds():
     except ImportError:
         pass
     return kinds
+
+
+def to_host(y):
+    """Any array kind's values as a NumPy array."""
+    if isinstance(y, np.ndarray):
+        return y
+    if hasattr(y, "copy_to_host"):
+        return y.copy_to_host()
+    if type(y).__module__.startswith("torch"):
+        return y.detach().cpu().numpy()
+    import cupy
+
+    return cupy.asnumpy(y)

@@ -44,7 +44,7 @@ import numba_softmax as ns
 from numba_softmax import reference as R
 from numba_softmax.kernels import fused
 
-from _helpers import SIMULATOR, device_kinds, sized
+from _helpers import SIMULATOR, device_kinds, sized, to_host
 
 try:
     from numba_softmax.attention import attention, merge_attention
@@ -176,18 +176,6 @@ def to_kind(host_base, view, kind):
     import cupy
 
     return view.apply(cupy.asarray(host_base))
-
-
-def to_host(y):
-    if isinstance(y, np.ndarray):
-        return y
-    if hasattr(y, "copy_to_host"):
-        return y.copy_to_host()
-    if type(y).__module__.startswith("torch"):
-        return y.detach().cpu().numpy()
-    import cupy
-
-    return cupy.asnumpy(y)
 
 
 def empty_like_kind(shape, dtype, kind, transposed=False):

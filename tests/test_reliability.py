@@ -37,7 +37,7 @@ import numba_softmax as ns
 from numba_softmax import reference as R
 from numba_softmax.kernels import fused, online, split, three_pass
 
-from _helpers import SIMULATOR, device_kinds, sized
+from _helpers import SIMULATOR, device_kinds, sized, to_host
 
 try:  # the modules (numba_softmax.attention may also name the function)
     A = importlib.import_module("numba_softmax.attention")
@@ -69,18 +69,6 @@ ATT_TOL = {F32: dict(rtol=1e-4, atol=2e-5), F16: dict(rtol=4e-3, atol=2e-3)}
 
 def rng(seed=None):
     return np.random.default_rng(seed)
-
-
-def to_host(y):
-    if isinstance(y, np.ndarray):
-        return y
-    if hasattr(y, "copy_to_host"):
-        return y.copy_to_host()
-    if type(y).__module__.startswith("torch"):
-        return y.detach().cpu().numpy()
-    import cupy
-
-    return cupy.asnumpy(y)
 
 
 def ref(func, x, axis=-1):
