@@ -5,7 +5,7 @@ the compiled kernel up on each call — about 25 µs before the GPU sees anythin
 own checks and array views add more.  A softmax of one 1×1024 row is ~3 µs of GPU work.
 So the first call on CUDA arrays of a given layout *records* a launch plan (the compiled
 kernels, grids, blocks and arguments of each launch, noted by
-:func:`numba_softmax.kernels._compile.launch_kernel`), and later calls *replay* it: a dictionary
+:func:`numba_softmax.kernels.launcher.launch`), and later calls *replay* it: a dictionary
 look-up, two data pointers, an output allocation and one driver launch per kernel.
 
 A plan is keyed by everything that shaped it: array library, device, dtype, shape,
@@ -20,7 +20,7 @@ import ctypes
 import threading
 import types
 
-from .kernels import _compile
+from .kernels import launcher
 
 try:  # the launcher numba-cuda itself uses (cuda.core)
     from numba.cuda.cudadrv.driver import _to_core_stream
@@ -60,15 +60,7 @@ def replay(plan_key, x):
     return None if plan is None else plan(x)
 
 
-class recording:
-    """``with recording() as notes:`` collects the launches made inside it."""
-
-    def __enter__(self):
-        self.notes = _compile._recording.launches = []
-        return self.notes
-
-    def __exit__(self, *exc):
-        _compile._recording.launches = None
+recording = launcher.recording
 
 
 def _flat_array(a):
@@ -89,7 +81,7 @@ class Plan:
         self.stream = _to_core_stream(stream)
         self.launches = []
         self.keep = []  # workspaces the recorded launches point to stay alive with the plan
-        for kernel, grid, block, args in notes:
+        for kernel, grid, block, args, shared in notes:
             argtypes = tuple(kernel.typeof_pyval(a) for a in args)
             compiled = kernel.overloads[argtypes]
             flat, x_at, y_at = [], [], []
@@ -105,7 +97,7 @@ class Plan:
                 else:
                     flat.append(getattr(ctypes, f"c_{ty}")(a))
             option = "is_cooperative" if CUDA_CORE_GE_1_0 else "cooperative_launch"
-            config = LaunchConfig(grid=_dim3(grid), block=_dim3(block), shmem_size=0, **{option: False})
+            config = LaunchConfig(grid=_dim3(grid), block=_dim3(block), shmem_size=shared, **{option: False})
             self.launches.append((compiled._codelibrary.get_cufunc().kernel, config, flat, x_at, y_at))
         if _flat_array(x_view)[4] != x_ptr:
             raise ValueError("the kernels read a copy of the input: no plan")

@@ -58,6 +58,25 @@ def _shfl_xor_sync(self, mask, value, lane_mask):
     return result
 
 
+def warp_exchange(value):
+    """Every lane of the calling simulated warp posts ``value``; each gets back the list
+    of all lanes' values (index = lane).  The building block of warp-level emulations
+    (e.g. a matrix-multiply-accumulate whose operands are spread over the warp's lanes).
+    Like a shuffle, every lane of the warp must take part."""
+    me = threading.current_thread()
+    warp = _warp_of(me)
+    warp.board[me.thread_id % WARP] = value
+    warp.barrier.wait()  # every lane has posted
+    values = list(warp.board)
+    warp.barrier.wait()  # every lane has read before anyone posts again
+    return values
+
+
+def lane_id():
+    """The calling simulated thread's lane in its warp."""
+    return threading.current_thread().thread_id % WARP
+
+
 def _syncwarp(self, mask=0xFFFFFFFF):
     """``cuda.syncwarp``: the lanes of the calling thread's warp meet (full mask only)."""
     _warp_of(threading.current_thread()).barrier.wait()

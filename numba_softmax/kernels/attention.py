@@ -84,8 +84,10 @@ import math
 
 from numba import cuda
 
+from ..combine import larger_device as nan_max
 from ..combine import lse_device, weight_device
-from ._compile import FASTMATH, accumulator
+from . import jit, launcher
+from .jit import accumulator
 
 FULL_MASK = 0xFFFFFFFF
 MAX_HEAD_DIM = 128
@@ -159,13 +161,6 @@ def check_head_dims(d, dv):
         )
 
 
-@cuda.jit(device=True)
-def nan_max(a, b):
-    """max(a, b) that keeps a NaN (``a if a > b else b`` would drop it): a row with a NaN
-    score gets m = NaN and so a NaN output and LSE, as in the combiner and in PyTorch."""
-    return a if (a > b or a != a) else b
-
-
 @functools.cache
 def stager(dtype, threads, rows, cols, width, transpose, batch=8):
     """Device function: copy a tile of ``rows`` rows of a (B, H, S, cols) array into a
@@ -183,7 +178,7 @@ def stager(dtype, threads, rows, cols, width, transpose, batch=8):
     acc = accumulator(dtype)
     STEP_R, STEP_C = threads // width, threads % width
 
-    @cuda.jit(device=True)
+    @jit.device
     def stage(dst, src, b, h, first, stop, sc):
         tid = cuda.threadIdx.x
         r, c = tid // width, tid % width
@@ -233,7 +228,7 @@ def kernel(dtype, d, dv, block_q, block_k, causal, rows_per_lane=None):
     stage_k = stager(dtype, THREADS, BC, D, D, True)
     stage_v = stager(dtype, THREADS, BC, DV, DVP, False)
 
-    @cuda.jit(fastmath=FASTMATH)
+    @jit.kernel
     def forward(q, k, v, o, lse, scale, kv_chunk):
         """q (B, H, Sq, D), k (B, H, Sk, D), v (B, H, Sk, Dv) → o (Z·B, H, Sq, Dv) and
         lse (Z·B, H, Sq); grid (Tr, B·H, Z)."""
@@ -402,4 +397,5 @@ def launch(q, k, v, o, lse, *, causal=False, scale=None, block_q=None, block_k=N
     if tiles == 0 or n_b * n_h == 0:
         return
     fwd, threads = kernel(q.dtype, d, dv, block_q, block_k, bool(causal), rows_per_lane)
-    fwd[(tiles, n_b * n_h, splits), threads, stream](q, k, v, o, lse, scale, kv_chunk)
+    launcher.launch(fwd, (tiles, n_b * n_h, splits), threads, stream,
+                    (q, k, v, o, lse, scale, kv_chunk))

@@ -39,7 +39,8 @@ from numba import cuda
 
 from ..combine import combine_device, lse_device, weight_device
 from . import attention as forward
-from ._compile import FASTMATH, accumulator
+from . import jit, launcher
+from .jit import accumulator
 
 MERGE_WARPS = 4  # rows per block in the merge kernels: one warp per query row
 
@@ -48,7 +49,7 @@ MERGE_WARPS = 4  # rows per block in the merge kernels: one warp per query row
 def _merge_kernels(dtype, warps):
     acc = accumulator(dtype)
 
-    @cuda.jit(fastmath=FASTMATH)
+    @jit.kernel
     def merge_splits(o_ws, lse_ws, o, lse):
         """o_ws (Z·B, H, Sq, Dv), lse_ws (Z·B, H, Sq) → o (B, H, Sq, Dv), lse (B, H, Sq).
         Grid (⌈Sq/W⌉, B·H); warp w of block (x, bh) merges query row x·W + w."""
@@ -73,7 +74,7 @@ def _merge_kernels(dtype, warps):
         if lane == 0:
             lse[b, h, row] = lse_device(m, l)
 
-    @cuda.jit(fastmath=FASTMATH)
+    @jit.kernel
     def merge_pair(o_a, lse_a, o_b, lse_b, o, lse):
         """(o_a, lse_a) ⊕ (o_b, lse_b) → (o, lse); all (B, H, S, Dv) and (B, H, S).
         ``o``, ``lse`` may be ``o_a``, ``lse_a`` (ring attention updates in place)."""
@@ -168,7 +169,8 @@ def merge_splits_launch(o_ws, lse_ws, o, lse, stream=0, small=False):
         return
     warps = 1 if small else MERGE_WARPS
     grid, threads = _merge_grid(o, warps)
-    _merge_kernels(np.dtype(np.float32), warps)[0][grid, threads, stream](o_ws, lse_ws, o, lse)
+    launcher.launch(_merge_kernels(np.dtype(np.float32), warps)[0], grid, threads, stream,
+                    (o_ws, lse_ws, o, lse))
 
 
 def merge_pair_launch(o_a, lse_a, o_b, lse_b, o, lse, stream=0, small=False):
@@ -178,5 +180,5 @@ def merge_pair_launch(o_a, lse_a, o_b, lse_b, o, lse, stream=0, small=False):
         return
     warps = 1 if small else MERGE_WARPS
     grid, threads = _merge_grid(o, warps)
-    _merge_kernels(np.dtype(o_a.dtype), warps)[1][grid, threads, stream](
-        o_a, lse_a, o_b, lse_b, o, lse)
+    launcher.launch(_merge_kernels(np.dtype(o_a.dtype), warps)[1], grid, threads, stream,
+                    (o_a, lse_a, o_b, lse_b, o, lse))

@@ -16,7 +16,7 @@ import math
 
 from numba import cuda
 
-from ._compile import FASTMATH
+from . import jit
 
 from ..combine import lse_device, weight_device
 
@@ -24,7 +24,7 @@ SOFTMAX, LOG_SOFTMAX, LOGSUMEXP = 0, 1, 2
 MODES = {"softmax": SOFTMAX, "log_softmax": LOG_SOFTMAX, "logsumexp": LOGSUMEXP}
 
 
-@cuda.jit(device=True, fastmath=FASTMATH)
+@jit.device
 def row_constant(m, l, one, mode):
     """c: 1/ℓ for softmax, log ℓ for log_softmax, the LSE itself for logsumexp.
 
@@ -36,7 +36,7 @@ def row_constant(m, l, one, mode):
     return lse_device(m, l)
 
 
-@cuda.jit(device=True, fastmath=FASTMATH)
+@jit.device
 def element(x, m, c, mode):
     """The output for one input value x, given the row's m and constant c."""
     if mode == SOFTMAX:

@@ -22,14 +22,15 @@ import numpy as np
 from numba import cuda
 
 from ..combine import combine_device
-from ._compile import FASTMATH, accumulator
+from . import jit, launcher
+from .jit import accumulator
 
 
 @functools.cache
 def _kernels(dtype):
     acc = accumulator(dtype)
 
-    @cuda.jit(fastmath=FASTMATH)
+    @jit.kernel
     def chunk_states(x, bounds, m_out, l_out):
         r, c = cuda.grid(2)
         if r < x.shape[0] and c < bounds.shape[0] - 1:
@@ -40,7 +41,7 @@ def _kernels(dtype):
             m_out[r, c] = m
             l_out[r, c] = l
 
-    @cuda.jit(fastmath=FASTMATH)
+    @jit.kernel
     def fold_tree(m, l, merges, root, m_out, l_out):
         r = cuda.grid(1)
         if r < m.shape[0]:
@@ -64,7 +65,7 @@ def chunk_states(x, cuts):
     l = cuda.device_array((rows, chunks), dtype=x.dtype)
     block = (8, 4)
     grid = ((rows + block[0] - 1) // block[0], (chunks + block[1] - 1) // block[1])
-    _kernels(x.dtype)[0][grid, block](x, bounds, m, l)
+    launcher.launch(_kernels(x.dtype)[0], grid, block, 0, (x, bounds, m, l))
     return m, l
 
 
@@ -75,5 +76,6 @@ def fold_tree(m, l, merges, root):
     m_out = cuda.device_array(rows, dtype=m.dtype)
     l_out = cuda.device_array(rows, dtype=m.dtype)
     threads = 32
-    _kernels(m.dtype)[1][(rows + threads - 1) // threads, threads](m, l, merges, root, m_out, l_out)
+    launcher.launch(_kernels(m.dtype)[1], (rows + threads - 1) // threads, threads, 0,
+                    (m, l, merges, root, m_out, l_out))
     return m_out, l_out

@@ -27,7 +27,8 @@ from numba import cuda
 
 from ..combine import larger_device, weight_device
 from . import vector
-from ._compile import FASTMATH, accumulator, launch_kernel
+from . import jit, launcher
+from .jit import accumulator
 from .epilogue import LOGSUMEXP, element, row_constant
 from .reduce import block_combine, warp_combine
 
@@ -40,7 +41,7 @@ def kernel(dtype, threads, vpt, mode, row_threads, width):
     rows_per_block = threads // row_threads
     load_row, store_row = vector.row_io(width)
 
-    @cuda.jit(fastmath=FASTMATH)
+    @jit.kernel
     def fused(x, y):
         # row_threads = 32: a warp per row (rows_per_block rows per block, reduced with
         # shuffles alone); otherwise the whole block is one row.  Compile-time choice.
@@ -98,9 +99,9 @@ def launch(x, y, mode, threads=None, vpt=None, stream=0, rows_per_block=4, max_t
         )
     if threads == 32:  # warp per row, several rows per block
         grid = -(-rows // rows_per_block)
-        launch_kernel(kernel(x.dtype, 32 * rows_per_block, vpt, mode, 32, width), grid, 32 * rows_per_block, stream, x, y)
+        launcher.launch(kernel(x.dtype, 32 * rows_per_block, vpt, mode, 32, width), grid, 32 * rows_per_block, stream, (x, y))
     else:
-        launch_kernel(kernel(x.dtype, threads, vpt, mode, threads, width), rows, threads, stream, x, y)
+        launcher.launch(kernel(x.dtype, threads, vpt, mode, threads, width), rows, threads, stream, (x, y))
 
 
 def _pow2_at_least(n):

@@ -22,7 +22,8 @@ from numba import cuda
 
 from ..combine import combine_device, larger_device, weight_device
 from . import vector
-from ._compile import FASTMATH, accumulator, launch_kernel
+from . import jit, launcher
+from .jit import accumulator
 from .epilogue import LOGSUMEXP, element, row_constant
 from .reduce import block_combine
 
@@ -36,7 +37,7 @@ def stream_state(dtype, threads, vpt, width):
     chunk = threads * vpt
     load_row, _ = vector.row_io(width)
 
-    @cuda.jit(device=True, fastmath=FASTMATH)
+    @jit.device
     def fold(x, row, start, stop):
         t = cuda.threadIdx.x
         v = cuda.local.array(vpt, acc)  # one chunk's values, in registers (unrolled)
@@ -64,7 +65,7 @@ def normalise_range(dtype, threads, vpt, width, mode):
     chunk = threads * vpt
     load_row, store_row = vector.row_io(width)
 
-    @cuda.jit(device=True, fastmath=FASTMATH)
+    @jit.device
     def write(x, y, row, start, stop, m, c):
         t = cuda.threadIdx.x
         v = cuda.local.array(vpt, acc)
@@ -85,7 +86,7 @@ def kernel(dtype, threads, vpt, mode, width):
     fold = stream_state(dtype, threads, vpt, width)
     write = normalise_range(dtype, threads, vpt, width, mode)
 
-    @cuda.jit(fastmath=FASTMATH)
+    @jit.kernel
     def online(x, y):
         row, t = cuda.blockIdx.x, cuda.threadIdx.x
         n = x.shape[1]
@@ -108,4 +109,4 @@ def launch(x, y, mode, threads=1024, vpt=8, stream=0):
     """Run on (rows, n) device arrays; ``y`` is (rows, n), or (rows, 1) for logsumexp."""
     width = vector.vector_width(x) if mode == LOGSUMEXP else vector.vector_width(x, y)
     vpt = max(vpt, width)
-    launch_kernel(kernel(x.dtype, threads, vpt, mode, width), x.shape[0], threads, stream, x, y)
+    launcher.launch(kernel(x.dtype, threads, vpt, mode, width), x.shape[0], threads, stream, (x, y))

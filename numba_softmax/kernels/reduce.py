@@ -18,7 +18,7 @@ import math
 
 from numba import cuda
 
-from ._compile import FASTMATH
+from . import jit
 
 from ..combine import combine_device
 
@@ -26,7 +26,7 @@ FULL_MASK = 0xFFFFFFFF
 WARP = 32
 
 
-@cuda.jit(device=True, fastmath=FASTMATH)
+@jit.device
 def warp_combine(m, l):
     """Butterfly over the 32 lanes: every lane returns the warp's (m, ℓ)."""
     offset = WARP // 2
@@ -38,7 +38,7 @@ def warp_combine(m, l):
     return m, l
 
 
-@cuda.jit(device=True, fastmath=FASTMATH)
+@jit.device
 def block_combine(m, l, m_shared, l_shared):
     """Fold every thread's (m, ℓ) into the block's; every thread returns it.
 

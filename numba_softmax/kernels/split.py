@@ -22,7 +22,8 @@ import math
 from numba import cuda
 
 from ..combine import combine_device
-from ._compile import FASTMATH, accumulator, launch_kernel
+from . import jit, launcher
+from .jit import accumulator
 from . import vector
 from .epilogue import LOGSUMEXP, row_constant
 from .online import normalise_range, stream_state
@@ -35,7 +36,7 @@ def kernels(dtype, threads, vpt, mode, width):
     fold = stream_state(dtype, threads, vpt, width)
     write = normalise_range(dtype, threads, vpt, width, mode)
 
-    @cuda.jit(fastmath=FASTMATH)
+    @jit.kernel
     def piece_states(x, piece, m_ws, l_ws):
         row, s, t = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
         m_shared = cuda.shared.array(32, acc)
@@ -48,7 +49,7 @@ def kernels(dtype, threads, vpt, mode, width):
             m_ws[row, s] = m
             l_ws[row, s] = l
 
-    @cuda.jit(fastmath=FASTMATH)
+    @jit.kernel
     def normalise(x, piece, m_ws, l_ws, y):
         row, s, t = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
         m_shared = cuda.shared.array(32, acc)
@@ -105,5 +106,5 @@ def launch(x, y, mode, threads=256, vpt=8, splits=None, stream=0, num_sms=132):
     splits = -(-n // piece)  # no empty trailing pieces
     m_ws, l_ws = _workspace(rows, splits, "float64" if x.dtype.itemsize == 8 else "float32", stream)
     piece_states, normalise = kernels(x.dtype, threads, vpt, mode, width)
-    launch_kernel(piece_states, (rows, splits), threads, stream, x, piece, m_ws, l_ws)
-    launch_kernel(normalise, (rows, splits), threads, stream, x, piece, m_ws, l_ws, y)
+    launcher.launch(piece_states, (rows, splits), threads, stream, (x, piece, m_ws, l_ws))
+    launcher.launch(normalise, (rows, splits), threads, stream, (x, piece, m_ws, l_ws, y))

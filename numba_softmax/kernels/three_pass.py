@@ -19,7 +19,8 @@ import math
 from numba import cuda
 
 from ..combine import larger_device, weight_device
-from ._compile import FASTMATH, accumulator, launch_kernel
+from . import jit, launcher
+from .jit import accumulator
 from .epilogue import LOGSUMEXP, element, row_constant
 from .reduce import block_combine
 
@@ -28,7 +29,7 @@ from .reduce import block_combine
 def kernel(dtype, threads, mode):
     acc = accumulator(dtype)
 
-    @cuda.jit(fastmath=FASTMATH)
+    @jit.kernel
     def three_pass(x, y):
         row, t = cuda.blockIdx.x, cuda.threadIdx.x
         n = x.shape[1]
@@ -58,4 +59,4 @@ def kernel(dtype, threads, mode):
 
 def launch(x, y, mode, threads=256, stream=0):
     """Run on (rows, n) device arrays; ``y`` is (rows, n), or (rows, 1) for logsumexp."""
-    launch_kernel(kernel(x.dtype, threads, mode), x.shape[0], threads, stream, x, y)
+    launcher.launch(kernel(x.dtype, threads, mode), x.shape[0], threads, stream, (x, y))

@@ -51,7 +51,7 @@ else:
     from numba.cuda import cgutils
     from numba.cuda.extending import intrinsic
 
-    from ._compile import FASTMATH
+    from . import jit
 
     def _element_pointer(context, builder, arr_type, arr, row, row_type, j, j_type):
         ary = context.make_array(arr_type)(context, builder, value=arr)
@@ -73,11 +73,11 @@ else:
     def io(width):
         if width == 1:
 
-            @cuda.jit(device=True, fastmath=FASTMATH)
+            @jit.device
             def load1(x, row, j, v, offset):
                 v[offset] = x[row, j]
 
-            @cuda.jit(device=True, fastmath=FASTMATH)
+            @jit.device
             def store1(y, row, j, v, offset):
                 y[row, j] = v[offset]
 
@@ -122,13 +122,11 @@ def row_io(width):
     """``load_row``/``store_row``: :func:`io`'s vector access where the W values lie inside
     the row (j + W <= stop), value by value at its ragged end.  ``load_row`` fills the
     places past ``stop`` with ``pad`` (−inf for a max or a sum, which weighs 0)."""
-    from numba import cuda
-
-    from ._compile import FASTMATH
+    from . import jit
 
     load, store = io(width)
 
-    @cuda.jit(device=True, fastmath=FASTMATH)
+    @jit.device
     def load_row(x, row, j, stop, v, offset, pad):
         if j + width <= stop:
             load(x, row, j, v, offset)
@@ -136,7 +134,7 @@ def row_io(width):
             for k in range(width):
                 v[offset + k] = x[row, j + k] if j + k < stop else pad
 
-    @cuda.jit(device=True, fastmath=FASTMATH)
+    @jit.device
     def store_row(y, row, j, stop, v, offset):
         if j + width <= stop:
             store(y, row, j, v, offset)

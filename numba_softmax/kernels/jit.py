@@ -1,0 +1,113 @@
+"""How every kernel here is compiled: the options, the accumulator type, the storage types.
+
+* ``FASTMATH`` (defined beside the combiner, whose device twins use it too): fast
+  ``exp``/``log`` and reciprocal, FMA contraction, no ``nnan``/``ninf``.  Every kernel
+  *and* device function here is compiled through :func:`kernel` / :func:`device`, which
+  pass it: a kernel's flag does not reach into the device functions it calls.  (The
+  simulator ignores fastmath.)
+* ``accumulator(dtype)``: float16 and bfloat16 inputs accumulate in float32, like
+  PyTorch; float32 and float64 accumulate in their own type.  Kernels are built by small
+  cached factories that close over this type, so constants such as the identity
+  (−inf, 0) are typed exactly (a bare ``-math.inf`` would silently turn float32
+  arithmetic into float64).
+* bfloat16 has no NumPy dtype: a bfloat16 array reaches the kernels as ``uint16`` holding
+  the bits (the array layer makes that view), and :func:`loader` / :func:`storer` give
+  the device functions that turn those bits into float32 and back (round to nearest
+  even).  For every other dtype they are plain casts.
+"""
+
+import numba
+import numpy as np
+from numba import cuda
+from numba.cuda import libdevice
+
+from .._sim import simulator_enabled
+
+from ..combine import FASTMATH
+
+BFLOAT16 = "bfloat16"
+"""The storage-dtype name of bfloat16 data (held as uint16 bits on the device)."""
+
+_ACCUMULATE = {np.dtype(np.float16): numba.float32, np.dtype(np.float32): numba.float32,
+               np.dtype(np.float64): numba.float64}
+
+
+def kernel(fn):
+    """``cuda.jit`` with the project's compile options: every kernel is built by this."""
+    return cuda.jit(fastmath=FASTMATH)(fn)
+
+
+def device(fn):
+    """``cuda.jit(device=True)`` with the project's compile options."""
+    return cuda.jit(device=True, fastmath=FASTMATH)(fn)
+
+
+def storage(dtype):
+    """The storage dtype name: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"``."""
+    if isinstance(dtype, str) and dtype == BFLOAT16:
+        return BFLOAT16
+    return np.dtype(dtype).name
+
+
+def accumulator(dtype):
+    """The numba type a kernel accumulates ``dtype`` values in (``dtype`` may be
+    ``"bfloat16"``)."""
+    if storage(dtype) == BFLOAT16:
+        return numba.float32
+    return _ACCUMULATE[np.dtype(dtype)]
+
+
+if simulator_enabled():  # the simulator's libdevice has no bit casts: NumPy views instead
+
+    def _bf16_to_f32(bits):
+        return np.array([np.uint32(bits) << np.uint32(16)], np.uint32).view(np.float32)[0]
+
+    def _f32_to_bf16(x):
+        b = int(np.array([x], np.float32).view(np.uint32)[0])
+        if (b & 0x7FFFFFFF) > 0x7F800000:
+            return np.uint16((b >> 16) | 0x40)
+        return np.uint16(((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF)
+
+else:
+
+    def _bf16_to_f32(bits):
+        """float32 whose upper 16 bits are ``bits`` (exact: bfloat16 is a truncated float32)."""
+        return libdevice.int_as_float(numba.int32(numba.uint32(bits) << numba.uint32(16)))
+
+    def _f32_to_bf16(x):
+        """The bfloat16 bits nearest to float32 ``x`` (ties to even; a NaN stays a NaN)."""
+        b = numba.uint32(libdevice.float_as_int(numba.float32(x)))
+        if (b & numba.uint32(0x7FFFFFFF)) > numba.uint32(0x7F800000):
+            return numba.uint16((b >> numba.uint32(16)) | numba.uint32(0x40))  # quiet NaN
+        b += numba.uint32(0x7FFF) + ((b >> numba.uint32(16)) & numba.uint32(1))
+        return numba.uint16(b >> numba.uint32(16))
+
+
+_bf16_load = device(_bf16_to_f32)
+_bf16_store = device(_f32_to_bf16)
+
+
+def loader(dtype):
+    """Device function ``load(value) -> accumulator`` for one stored value of ``dtype``."""
+    if storage(dtype) == BFLOAT16:
+        return _bf16_load
+    acc = accumulator(dtype)
+
+    @device
+    def load(value):
+        return acc(value)
+
+    return load
+
+
+def storer(dtype):
+    """Device function ``store(value) -> stored`` for one accumulator value into ``dtype``."""
+    if storage(dtype) == BFLOAT16:
+        return _bf16_store
+    out = numba.from_dtype(np.dtype(dtype))
+
+    @device
+    def store(value):
+        return out(value)
+
+    return store

@@ -1,0 +1,159 @@
+"""The one place every kernel is launched, and what a launch may ask of the device.
+
+Each kernel module sizes its own launch (the launch configuration sits beside the kernel,
+named, like quack's ``Softmax.__call__``) and hands it here::
+
+    launcher.launch(kernel, grid, block, stream, (x, y), shared=nbytes)
+
+This function
+
+* checks the block against the *compiled* kernel's own limit (registers per thread and
+  the kernel's max-threads attribute decide it, not a constant: a float64 kernel that
+  holds several values per thread cannot run 1024 threads) and says so clearly instead
+  of failing with ``CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES``;
+* opts the kernel in to more than 48 KB of dynamic shared memory when it asks for it
+  (``cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)`` on the compiled kernel);
+* notes the launch while a launch plan is being recorded (:mod:`numba_softmax.plans`).
+
+Cooperative kernels (those calling ``cuda.cg.this_grid().sync()``) are launched
+cooperatively by Numba itself; :func:`max_cooperative_blocks` says how many blocks may
+be co-resident, which such a grid must not exceed.
+
+:func:`max_threads` and :func:`device_limits` are what the kernel modules size from.
+On the CUDA simulator (one Python thread per CUDA thread) the limits are small and no
+attribute is set.
+"""
+
+import functools
+import threading
+from typing import NamedTuple
+
+from .._sim import simulator_enabled
+
+STATIC_SHARED_LIMIT = 48 * 1024  # above this a block must opt in (dynamic shared memory)
+
+_recording = threading.local()
+
+
+class Limits(NamedTuple):
+    """What the current device offers a launch (read once per device)."""
+
+    name: str
+    sms: int  # multiprocessors
+    max_threads: int  # threads per block, hardware limit
+    shared_optin: int  # dynamic shared memory one block may opt in to, bytes
+    shared_per_sm: int  # shared memory per multiprocessor, bytes
+    l2_bytes: int
+
+
+SIMULATOR_LIMITS = Limits("CUDA simulator", sms=4, max_threads=1024, shared_optin=8 * 1024,
+                          shared_per_sm=16 * 1024, l2_bytes=1 << 20)
+
+
+def device_limits():
+    """The :class:`Limits` of the current device (the simulator's small ones under it)."""
+    if simulator_enabled():
+        return SIMULATOR_LIMITS
+    from numba import cuda
+
+    return _limits_of(cuda.get_current_device().id)
+
+
+@functools.cache
+def _limits_of(device_id):
+    from numba import cuda
+
+    dev = cuda.get_current_device()
+    name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+    return Limits(name, sms=dev.MULTIPROCESSOR_COUNT, max_threads=dev.MAX_THREADS_PER_BLOCK,
+                  shared_optin=dev.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                  shared_per_sm=dev.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+                  l2_bytes=dev.L2_CACHE_SIZE)
+
+
+def compiled(kernel, args):
+    """The compiled kernel (Numba's ``_Kernel``) for these arguments; compiles it once."""
+    sig = tuple(kernel.typeof_pyval(a) for a in args)
+    found = kernel.overloads.get(sig)
+    return found if found is not None else kernel.compile(sig)
+
+
+def max_threads(kernel, args):
+    """Threads per block this kernel can launch with these argument types: the compiled
+    kernel's own limit (its registers per thread decide it).  1024 on the simulator."""
+    if simulator_enabled():
+        return 1024
+    return compiled(kernel, args).max_threads_per_block
+
+
+def max_cooperative_blocks(kernel, args, block, shared=0):
+    """How many blocks of ``block`` threads can be resident at once (a cooperative grid's
+    ceiling); on the simulator, which runs a cooperative grid's blocks together, 8."""
+    if simulator_enabled():
+        return 8
+    _allow_shared(kernel, args, shared)
+    return compiled(kernel, args).max_cooperative_grid_blocks(block, shared)
+
+
+def _threads(block):
+    if isinstance(block, int):
+        return block
+    n = 1
+    for b in block:
+        n *= b
+    return n
+
+
+_OPTED_IN = {}
+
+
+def _allow_shared(kernel, args, shared):
+    """Let the compiled kernel use ``shared`` bytes of dynamic shared memory (> 48 KB
+    needs an explicit opt-in per kernel and device)."""
+    if shared <= STATIC_SHARED_LIMIT or simulator_enabled():
+        return
+    k = compiled(kernel, args)
+    cufunc = k._codelibrary.get_cufunc()  # numba-cuda holds the CUkernel handle here
+    key = (int(cufunc.handle), cufunc.device.id)
+    if _OPTED_IN.get(key, 0) >= shared:
+        return
+    limit = device_limits().shared_optin
+    if shared > limit:
+        raise ValueError(f"{kernel.__name__} asks for {shared} bytes of shared memory; "
+                         f"this device allows {limit} per block")
+    from cuda.bindings import driver
+
+    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    (err,) = driver.cuKernelSetAttribute(attr, shared, cufunc.handle, cufunc.device.id)
+    if int(err) != 0:
+        raise RuntimeError(f"cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, {shared}) "
+                           f"failed for {kernel.__name__}: {err}")
+    _OPTED_IN[key] = shared
+
+
+def launch(kernel, grid, block, stream, args, shared=0):
+    """``kernel[grid, block, stream, shared](*args)``: the one place every kernel is
+    launched (see the module docstring for what it checks and notes)."""
+    if not simulator_enabled():
+        limit = max_threads(kernel, args)
+        if _threads(block) > limit:
+            raise ValueError(f"{kernel.__name__}: a block of {_threads(block)} threads exceeds "
+                             f"this compiled kernel's limit of {limit} (its registers per "
+                             f"thread); the launch configuration must ask max_threads()")
+        _allow_shared(kernel, args, shared)
+    kernel[grid, block, stream, shared](*args)
+    notes = getattr(_recording, "launches", None)
+    if notes is not None:
+        notes.append((kernel, grid, block, tuple(args), shared))
+
+
+class recording:
+    """``with recording() as notes:`` collects (kernel, grid, block, args, shared) of every
+    launch made inside it, in this thread (the launch-plan layer replays them)."""
+
+    def __enter__(self):
+        self.notes = _recording.launches = []
+        return self.notes
+
+    def __exit__(self, *exc):
+        _recording.launches = None
