@@ -11,7 +11,8 @@
   (−inf, 0) are typed exactly (a bare ``-math.inf`` would silently turn float32
   arithmetic into float64).
 * bfloat16 has no NumPy dtype: a bfloat16 array reaches the kernels as ``uint16`` holding
-  the bits (the array layer makes that view), and :func:`loader` / :func:`storer` give
+  the bits (the array layer makes that view; *a uint16 array here always means
+  bfloat16*), and :func:`loader` / :func:`storer` give
   the device functions that turn those bits into float32 and back (round to nearest
   even).  For every other dtype they are plain casts.
 """
@@ -43,10 +44,12 @@ def device(fn):
 
 
 def storage(dtype):
-    """The storage dtype name: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"``."""
+    """The storage dtype name: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"``
+    (``"bfloat16"`` itself, or uint16: the bits of bfloat16 values)."""
     if isinstance(dtype, str) and dtype == BFLOAT16:
         return BFLOAT16
-    return np.dtype(dtype).name
+    dtype = np.dtype(dtype)
+    return BFLOAT16 if dtype == np.uint16 else dtype.name
 
 
 def accumulator(dtype):
