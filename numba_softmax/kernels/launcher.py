@@ -20,8 +20,9 @@ cooperatively by Numba itself; :func:`max_cooperative_blocks` says how many bloc
 be co-resident, which such a grid must not exceed.
 
 :func:`max_threads` and :func:`device_limits` are what the kernel modules size from.
-On the CUDA simulator (one Python thread per CUDA thread) the limits are small and no
-attribute is set.
+On the CUDA simulator (one Python thread per CUDA thread) the limits are small (blocks of
+at most 64 threads, a few KB of shared memory) and no attribute is set; the simulator does
+not check them, so kernels launched there with larger blocks still run (slowly).
 """
 
 import functools
@@ -46,7 +47,7 @@ class Limits(NamedTuple):
     l2_bytes: int
 
 
-SIMULATOR_LIMITS = Limits("CUDA simulator", sms=4, max_threads=1024, shared_optin=8 * 1024,
+SIMULATOR_LIMITS = Limits("CUDA simulator", sms=4, max_threads=64, shared_optin=8 * 1024,
                           shared_per_sm=16 * 1024, l2_bytes=1 << 20)
 
 
@@ -80,9 +81,10 @@ def compiled(kernel, args):
 
 def max_threads(kernel, args):
     """Threads per block this kernel can launch with these argument types: the compiled
-    kernel's own limit (its registers per thread decide it).  1024 on the simulator."""
+    kernel's own limit (its registers per thread decide it).  On the simulator 64 — two
+    warps, enough to cross every warp boundary, few enough Python threads to be quick."""
     if simulator_enabled():
-        return 1024
+        return SIMULATOR_LIMITS.max_threads
     return compiled(kernel, args).max_threads_per_block
 
 

@@ -10,6 +10,7 @@ from .attention import (
     merge_attention,
     split_kv_attention,
     update_out_and_lse,
+    visible,
 )
 from .softmax import (
     chunk_softmax,
@@ -38,4 +39,5 @@ __all__ = [
     "flash_attention",
     "split_kv_attention",
     "merge_attention",
+    "visible",
 ]

@@ -2,9 +2,14 @@
 
     O = softmax(scale · Q Kᵀ + mask) V,     Q: (..., Sq, D), K: (..., Sk, D), V: (..., Sk, Dv)
 
-The causal mask is aligned bottom-right: query i sees key j iff j <= i + Sk − Sq (equal
-to PyTorch's ``is_causal`` when Sq == Sk).  A query row that sees no key gets O = 0 and
-LSE = −inf, never NaN.  These are the twins of :mod:`numba_softmax.kernels.attention`
+Which keys a query sees (:func:`visible`): with the diagonal aligned bottom-right,
+d = j − (i + Sk − Sq) is key j's distance past query i's diagonal; ``causal`` keeps
+d <= 0 (PyTorch's ``is_causal`` when Sq == Sk), a sliding ``window=(left, right)`` keeps
+−left <= d <= right (−1: unbounded on that side) — flash-attn's ``window_size``.  A query
+row that sees no key gets O = 0 and LSE = −inf, never NaN.
+
+Grouped-query attention (GQA/MQA): K and V may have fewer heads than Q (axis −3);
+query head h reads key/value head h // (Hq // Hkv).  These are the twins of :mod:`numba_softmax.kernels.attention`
 and :mod:`numba_softmax.kernels.decode`.
 """
 
@@ -20,6 +25,7 @@ __all__ = [
     "split_kv_attention",
     "merge_attention",
     "update_out_and_lse",
+    "visible",
 ]
 
 
@@ -27,6 +33,10 @@ def _prepare(q, k, v, scale):
     q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
     if q.ndim < 2 or k.ndim != q.ndim or v.ndim != q.ndim:
         raise ValueError(f"q, k, v need the same rank >= 2, got {q.shape}, {k.shape}, {v.shape}")
+    if q.ndim >= 3 and k.shape[-3] != q.shape[-3] and k.shape[-3] == v.shape[-3] \
+            and k.shape[-3] > 0 and q.shape[-3] % k.shape[-3] == 0:  # GQA: share K/V heads
+        group = q.shape[-3] // k.shape[-3]
+        k, v = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
     if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2] or not (
         q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
     ):
@@ -40,6 +50,23 @@ def _visible(i, j, sq, sk):
     return j <= i + (sk - sq)
 
 
+def visible(sq, sk, causal=False, window=(-1, -1)):
+    """The (Sq, Sk) boolean mask: query i sees key j.
+
+    d = j − (i + Sk − Sq); ``causal``: d <= 0; ``window=(left, right)``: −left <= d <= right,
+    a negative bound meaning unbounded on that side.  Both may be combined."""
+    left, right = window
+    d = np.arange(sk)[None, :] - (np.arange(sq)[:, None] + (sk - sq))
+    ok = np.ones((sq, sk), dtype=bool)
+    if causal:
+        ok &= d <= 0
+    if left >= 0:
+        ok &= d >= -left
+    if right >= 0:
+        ok &= d <= right
+    return ok
+
+
 def _finish(m, l, o, return_lse):
     """O / ℓ and LSE = m + log ℓ; rows that saw nothing (ℓ = 0) get O = 0, LSE = −inf."""
     with np.errstate(invalid="ignore", divide="ignore"):  # ℓ = 0 → 0, ℓ = NaN → NaN
@@ -47,13 +74,15 @@ def _finish(m, l, o, return_lse):
     return (out, lse_np(m, l)) if return_lse else out
 
 
-def attention(q, k, v, causal=False, scale=None, return_lse=False):
-    """Materialised attention: the whole (Sq, Sk) score matrix, then safe softmax, then PV."""
+def attention(q, k, v, causal=False, scale=None, return_lse=False, window=(-1, -1)):
+    """Materialised attention: the whole (Sq, Sk) score matrix, then safe softmax, then PV.
+
+    ``window=(left, right)`` and GQA (fewer K/V heads on axis −3) as in the module docstring."""
     q, k, v, scale = _prepare(q, k, v, scale)
     sq, sk = q.shape[-2], k.shape[-2]
     s = scale * (q @ np.swapaxes(k, -1, -2))
-    if causal:
-        s = np.where(_visible(np.arange(sq)[:, None], np.arange(sk)[None, :], sq, sk), s, -np.inf)
+    if causal or tuple(window) != (-1, -1):
+        s = np.where(visible(sq, sk, causal, window), s, -np.inf)
     m = s.max(axis=-1) if sk else np.full(s.shape[:-1], -np.inf)
     p = weight_np(s, m[..., None])
     return _finish(m, p.sum(axis=-1), p @ v, return_lse)
