@@ -161,7 +161,7 @@ def main(argv=None):
 
     args = _common.parse(__doc__, options, argv)
     shapes = args.shape or _common.pick(
-        args, [(2, 64), (1, 1100)], [(32768, 1024), (8192, 4096), (2048, 16384), (512, 65536)])
+        args, [(2, 64), (1, 2100)], [(32768, 1024), (8192, 4096), (2048, 16384), (512, 65536)])
     repeat = args.repeat or _common.pick(args, 1, 20)
     warmup, inner = _common.pick(args, 0, 3), _common.pick(args, 1, 10)
     print(f"device: {_common.device_name(args.sim)};  float32 (b = 4 bytes)")

@@ -87,7 +87,7 @@ def test_03_memory_traffic():
                      "copy"]
     assert [int(cells(r)[2]) for r in small] == [32, 16, 12, 12, 8, 8]  # bytes per element
     assert all(floats(r)[-1] < 1e-6 for r in small)  # every kernel checked before timing
-    long_row = table_rows(out, "softmax of 1 × 1100 float32")
+    long_row = table_rows(out, "softmax of 1 × 2100 float32")
     assert any(r.startswith("v2 fused") and "—" in r for r in long_row)  # does not fit on chip
     assert "does not fit on chip" in out
 

@@ -149,6 +149,39 @@ def launch(kernel, grid, block, stream, args, shared=0):
         notes.append((kernel, grid, block, tuple(args), shared))
 
 
+_WORKSPACES = {}
+_WS_LOCK = threading.Lock()
+
+
+def workspace(tag, n, dtype, stream=0):
+    """A flat device buffer of at least ``n`` values of ``dtype``, kept per (tag, dtype,
+    stream) and grown as needed: scratch that outlives calls (a cudaMalloc per call would
+    cost more than a small kernel), one per stream because two streams running at once
+    must not share it.  Launch plans may point at these (and keep them alive)."""
+    from numba import cuda
+
+    try:
+        handle = int(stream) if stream else 0  # a Numba stream's int() is its handle
+    except TypeError:
+        handle = id(stream)  # the simulator's streams have none
+    key = (tag, str(dtype), handle)
+    buf = _WORKSPACES.get(key)
+    if buf is None or buf.shape[0] < n:
+        buf = cuda.device_array(max(n, 4096), dtype=dtype, stream=stream)
+        with _WS_LOCK:
+            _WORKSPACES[key] = buf
+    return buf
+
+
+def workspace_holding(ptr):
+    """The workspace whose memory holds device address ``ptr``, or None."""
+    for buf in list(_WORKSPACES.values()):
+        base = buf.__cuda_array_interface__["data"][0]
+        if base <= ptr < base + buf.nbytes:
+            return buf
+    return None
+
+
 class recording:
     """``with recording() as notes:`` collects (kernel, grid, block, args, shared) of every
     launch made inside it, in this thread (the launch-plan layer replays them)."""
