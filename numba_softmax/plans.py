@@ -78,7 +78,7 @@ def key(tag, arrays, stream):
     """The plan key of a call, or None when the call must take the ordinary path."""
     if not enabled():
         return None
-    parts = [tag, kinds.stream_key(stream), _current_context()]
+    parts = [tag, kinds.stream_key(stream)]
     for a in arrays:
         if a is None:
             parts.append(None)
@@ -89,6 +89,7 @@ def key(tag, arrays, stream):
         parts.append(k)
     if len(arrays) > 1 and arrays[-1] is not None:  # out=: how it overlaps each input
         parts.append(_overlaps(arrays))
+    parts.append(_current_context())
     return tuple(parts)
 
 

@@ -27,6 +27,7 @@ not check them, so kernels launched there with larger blocks still run (slowly).
 
 import functools
 import threading
+import warnings
 from typing import NamedTuple
 
 from .._sim import simulator_enabled
@@ -143,7 +144,12 @@ def launch(kernel, grid, block, stream, args, shared=0):
                              f"this compiled kernel's limit of {limit} (its registers per "
                              f"thread); the launch configuration must ask max_threads()")
         _allow_shared(kernel, args, shared)
-    kernel[grid, block, stream, shared](*args)
+    if simulator_enabled():
+        with warnings.catch_warnings():  # the simulator computes −inf − (−inf), 1/0 … in
+            warnings.simplefilter("ignore", RuntimeWarning)  # NumPy on purpose: not the user's
+            kernel[grid, block, stream, shared](*args)
+    else:
+        kernel[grid, block, stream, shared](*args)
     notes = getattr(_recording, "launches", None)
     if notes is not None:
         notes.append((kernel, grid, block, tuple(args), shared))
