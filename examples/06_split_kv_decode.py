@@ -103,7 +103,7 @@ def main(argv=None):
         half = sk // 2
         halves = [(k_h[:, a:b], v_h[:, a:b]) for a, b in ((0, half), (half, sk))]
         if not args.sim:
-            halves = [tuple(cuda.to_device(x) for x in pair) for pair in halves]
+            halves = [tuple(cuda.to_device(np.ascontiguousarray(x)) for x in pair) for pair in halves]
         (o_a, lse_a), (o_b, lse_b) = (attention(q, kk, vv, return_lse=True) for kk, vv in halves)
         o_m, lse_m = merge_attention(o_a, lse_a, o_b, lse_b)
         if not args.sim:
