@@ -15,7 +15,7 @@ from . import kinds, layout
 
 
 def view(d, tail, stream=0, unit_last=False):
-    """The (B, H, *last ``tail`` axes) device view of the described array ``d``."""
+    """The (B, H, last ``tail`` axes) device view of the described array ``d``."""
     shape4 = layout.heads_shape(d.shape, tail)
     if d.kind == "numpy":
         host = np.ascontiguousarray(d.obj).reshape(shape4)
@@ -29,7 +29,7 @@ def view(d, tail, stream=0, unit_last=False):
 
 
 def output(kind, shape, dtype, like, tail, stream=0):
-    """A new contiguous result of ``kind``: (user array, its (B, H, *tail) device view)."""
+    """A new contiguous result of ``kind``: (user array, its (B, H, tail…) device view)."""
     buf, dev = kinds.empty(kind, shape, dtype, like=like, stream=stream)
     shape4 = layout.heads_shape(tuple(shape), tail)
     if dev is None:
@@ -38,7 +38,7 @@ def output(kind, shape, dtype, like, tail, stream=0):
 
 
 def out_view(d, tail):
-    """A (B, H, *tail) view of a user's ``out=`` the kernels may write, or None (then the
+    """A (B, H, tail…) view of a user's ``out=`` the kernels may write, or None (then the
     result is written to a buffer and copied in)."""
     if d.kind == "numpy" or layout.overlaps_itself(d.shape, d.strides):
         return None

@@ -47,7 +47,7 @@ def fold_rows(shape, strides, axis):
 
 
 def heads_shape(shape, tail):
-    """(B, H, *tail axes) for an array whose last ``tail`` axes are kept: H is the axis
+    """(B, H, then the tail axes) for an array whose last ``tail`` axes are kept: H is the axis
     before them (1 if there is none), B the product of the axes before H."""
     lead = shape[: len(shape) - tail]
     h = lead[-1] if lead else 1
@@ -58,7 +58,7 @@ def heads_shape(shape, tail):
 
 
 def fold_heads(shape, strides, tail):
-    """Element strides of ``shape`` seen as (B, H, *tail) (:func:`heads_shape`), or None
+    """Element strides of ``shape`` seen as (B, H, tail…) (:func:`heads_shape`), or None
     when the batch axes do not fold into one stride or a stride is negative."""
     lead = len(shape) - tail
     b_axes = [(shape[i], strides[i]) for i in range(max(lead - 1, 0))]
