@@ -38,7 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
-PYTEST = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-ra"]
+PYTEST = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-ra", "-n", "0"]
 OWN_JOBS = ("tests/test_fuzz.py", "tests/test_reliability.py", "tests/test_examples.py",
             "tests/test_docs.py", "tests/test_bench.py")
 TIMED_EXAMPLES = ("02_block_sweep.py", "03_memory_traffic.py", "05_flash_attention.py",
@@ -133,7 +133,7 @@ def jobs(args, log_dir):
     """Phase 1 jobs: (name, command, limit, env)."""
     suite = [p for p in sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py"))
              if p not in OWN_JOBS]
-    out = [("suite", PYTEST + ["--hypothesis-profile=gpu"] + suite, args.limit, None),
+    out = [("suite", PYTEST + ["-n", "6", "--hypothesis-profile=gpu"] + suite, args.limit, None),
            ("reliability", PYTEST + ["tests/test_reliability.py"], args.limit, None)]
     for shard in range(args.fuzz_shards):
         out.append((f"fuzz-{shard}", PYTEST + [
