@@ -334,6 +334,8 @@ def as_stream(stream):
     if not isinstance(handle, int) or isinstance(handle, bool):
         raise TypeError(f"stream must be a Numba/CuPy/PyTorch stream or an int handle, "
                         f"got {type(stream).__name__}")
+    if handle == 0:
+        return 0  # e.g. torch.cuda.current_stream() when nothing else was chosen
     if handle not in _EXTERNAL:
         _EXTERNAL[handle] = cuda.external_stream(handle)
     return _EXTERNAL[handle]
