@@ -54,6 +54,10 @@ def _rows_backward(mode, dy, y, axis, out, stream):
 def softmax_backward(dy, y, axis=-1, *, out=None, stream=None):
     """The gradient of softmax: dx = y ∘ (dy − Σ y∘dy) along ``axis``.
 
+    float16, float32 or float64 (float16 accumulated in float32); NumPy, or CUDA arrays of
+    one kind.  One read of y and dy and one write of dx when a row fits on chip
+    (:mod:`numba_softmax.kernels.softmax_backward`).
+
     Parameters
     ----------
     dy : array
@@ -63,9 +67,9 @@ def softmax_backward(dy, y, axis=-1, *, out=None, stream=None):
     axis, out, stream
         As for :func:`numba_softmax.softmax`; ``out`` may be ``dy`` or ``y`` (in place).
 
-    float16, float32 or float64 (float16 accumulated in float32); NumPy, or CUDA arrays of
-    one kind.  One read of y and dy and one write of dx when a row fits on chip
-    (:mod:`numba_softmax.kernels.softmax_backward`).
+    Returns
+    -------
+    dx, the same kind, shape and dtype as ``dy``.
     """
     return _rows_backward(SOFTMAX, dy, y, axis, out, stream)
 

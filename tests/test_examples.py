@@ -132,6 +132,11 @@ def test_07_block_tree():
     assert "The tree saw every value once (200 of 200)" in out
 
 
+def test_08_train_tiny_attention():
+    out = run_example("08_train_tiny_attention.py")
+    assert "needs a CUDA GPU" in out  # training runs on PyTorch CUDA tensors only
+
+
 @pytest.mark.parametrize("bad", [["--no-such-option"]])
 def test_examples_reject_unknown_options(bad):
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")

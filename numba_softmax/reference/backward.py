@@ -3,7 +3,7 @@
 Given the forward's *output* and the gradient dL/d(output), each function returns
 dL/d(input) — what an autograd engine asks of a backward.  They are the twins of
 :mod:`numba_softmax.kernels.softmax_backward` and :mod:`numba_softmax.kernels.attention_backward`
-and the oracles of their tests (themselves checked against central finite differences).
+and the oracles of their tests (themselves checked against central finite differences)::
 
     softmax      y = softmax(x)          dx = y ∘ (dy − Σ y∘dy)
     log_softmax  y = log_softmax(x)      dx = dy − exp(y) ∘ Σ dy
@@ -54,7 +54,9 @@ def attention_backward(do, q, k, v, o, lse, causal=False, scale=None, window=(-1
     sq, sk = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     group = q.shape[-3] // k.shape[-3] if q.ndim >= 3 else 1
-    kr, vr = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)  # one K, V per query head
+    kr, vr = k, v
+    if group > 1:  # one K, V per query head
+        kr, vr = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
 
     s = scale * (q @ np.swapaxes(kr, -1, -2))
     s = np.where(visible(sq, sk, causal, window), s, -np.inf)
