@@ -9,8 +9,6 @@ and Numba device arrays → the same kind, on the same device).  Inputs are neve
 import math
 import operator
 
-import numpy as np
-
 from . import _arrays
 from .attention import (_buffer_heads, _check_same_kind, _empty, _give_back, _heads,
                         _split_point)
@@ -24,7 +22,7 @@ __all__ = ["softmax_backward", "log_softmax_backward", "attention_backward"]
 def _rows_backward(mode, dy, y, axis, out, stream):
     # validate
     kinds = _check_same_kind({"dy": (dy, _arrays.FLOAT_DTYPES), "y": (y, _arrays.FLOAT_DTYPES)})
-    (kind, dtype), dtype_y = kinds["dy"], kinds["y"][1]
+    dtype, dtype_y = kinds["dy"][1], kinds["y"][1]
     if dtype != dtype_y:
         raise TypeError(f"dy and y must have one dtype, got {dtype} and {dtype_y}")
     if tuple(dy.shape) != tuple(y.shape):

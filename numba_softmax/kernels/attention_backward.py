@@ -19,20 +19,15 @@ dS = P ∘ (dP − D) and why D = rowsum(dO ∘ O) replaces the row sums of P �
         write dK_j, dV_j
     convert      dQ = accumulator (float16/bfloat16 only; float32/64 accumulate in dQ itself)
 
-**dQ by atomics, not a second pass.**  dQ_i sums over every key tile, but the blocks are
-cut by key tile; either each block adds its share into dQ (Br·D atomic adds per visited
-tile, fire-and-forget ``red.global.add``), or a second kernel, one block per query tile,
-recomputes S, P, dP and dS to form dQ — 14 instead of 10 units of Br·Bc·D work.  On CUDA
-cores the FMAs are the bottleneck, so the atomics are cheaper; the price is that dQ's
-last bits depend on the order the adds land (FlashAttention-2 makes the same trade).
-**dK, dV of grouped heads by a loop**: the block of a K/V head walks all query heads of
-its group, so dK, dV are summed on chip and written once, without atomics.
+**dQ by atomic adds**, not a second kernel that recomputes S, P, dP and dS per query tile
+(14 instead of 10 units of Br·Bc·D work): on CUDA cores the FMAs are the bottleneck; the
+price is that dQ's last bits depend on the order the adds land.  **dK, dV of grouped
+heads by a loop** over the group's query heads: summed on chip, written once.
 
 Work per (batch·query head): 10·Sq·Sk·D FLOPs (2.5× the forward's 4·Sq·Sk·D), about half
-with ``causal``; the tiles a window or the causal diagonal hides are never visited.
-Bytes: K, V read once; Q, dO, LSE, D read once per key tile (from L2 mostly); dK, dV
-written once; dQ: Sq·D atomic adds per key tile.  fp32 FMAs on CUDA cores, float16 and
-bfloat16 inputs loaded into float32 (the tensor-core backward is a later chapter).
+with ``causal`` (hidden tiles are never visited).  K, V are read once, Q, dO once per key
+tile (mostly from L2).  fp32 FMAs on CUDA cores, float16 and bfloat16 loaded into float32
+(the tensor-core backward is a later chapter).
 
 Thread layout (W warps; lane = 8·rg + cg, rg < 4 row groups, cg < 8 column groups)::
 
@@ -54,8 +49,10 @@ import numba
 from numba import cuda
 
 from ..combine import weight_device
+from . import attention_backward_io as io
 from . import jit, launcher
 from .jit import accumulator
+from .scratch import scratch
 
 MAX_HEAD_DIM = 128
 GROUP = 8  # column groups per warp: lanes that share a row
@@ -97,39 +94,13 @@ def fit_tiles(d, dv, itemsize=4, small=False):
 
 
 def check_tiles(block_q, block_k, warps):
-    if block_q % (4 * warps) or block_k % (4 * warps) or block_k % GROUP:
+    """ValueError unless (Br, Bc, W) is a tiling the kernel supports: Br and Bc multiples of
+    4·W (and Bc of 8), 1 <= W <= 8, Br <= 32·W (one thread stages each row's LSE and D)."""
+    if not 1 <= warps <= 8 or block_q > 32 * warps:
+        raise ValueError(f"tiles Br={block_q} with W={warps} warps: 1 <= W <= 8 and Br <= 32·W")
+    if block_q % (4 * warps) or block_k % (4 * warps) or block_k % GROUP or not block_q * block_k:
         raise ValueError(f"tiles Br={block_q}, Bc={block_k} need multiples of 4·W = "
                          f"{4 * warps} (and Bc of {GROUP})")
-
-
-@functools.cache
-def stager(dtype, threads, rows, width, batch=8):
-    """Device function ``stage(sm, off, stride, src, b, h, first, stop, cols, sc)``: rows
-    [first, first + rows) of src[b, h], times ``sc``, into sm[off + r·stride + c],
-    c < ``width``, in the accumulator type; rows ≥ ``stop`` and columns ≥ ``cols`` read as 0.  ``batch`` loads
-    are issued before their stores (a store between loads would serialise them)."""
-    acc, load = accumulator(dtype), jit.loader(dtype)
-    total = rows * width
-
-    @jit.device
-    def stage(sm, off, stride, src, b, h, first, stop, cols, sc):
-        buf = cuda.local.array(batch, acc)
-        e0 = cuda.threadIdx.x
-        while e0 < total:
-            for u in range(batch):  # the batch's loads, in flight together
-                e = e0 + u * threads
-                r, c = e // width, e % width
-                x = acc(0.0)
-                if e < total and first + r < stop and c < cols:
-                    x = load(src[b, h, first + r, c]) * sc
-                buf[u] = x
-            for u in range(batch):  # then their stores
-                e = e0 + u * threads
-                if e < total:
-                    sm[off + (e // width) * stride + e % width] = buf[u]
-            e0 += batch * threads
-
-    return stage
 
 
 @functools.cache
@@ -141,8 +112,8 @@ def kernel(dtype, d, dv, block_q, block_k, warps):
     ND, NV = _pad8(d) // GROUP, _pad8(dv) // GROUP
     QS, VS, PS = _pad8(d) + 1, _pad8(dv) + 1, _p_stride(BC)
     (Q0, O0, K0, V0, P0, S0, L0, D0), _ = layout(d, dv, BR, BC)
-    stage_q, stage_o = stager(dtype, T, BR, _pad8(d)), stager(dtype, T, BR, _pad8(dv))
-    stage_k, stage_v = stager(dtype, T, BC, _pad8(d)), stager(dtype, T, BC, _pad8(dv))
+    stage_q, stage_o = io.stager(dtype, T, BR, _pad8(d)), io.stager(dtype, T, BR, _pad8(dv))
+    stage_k, stage_v = io.stager(dtype, T, BC, _pad8(d)), io.stager(dtype, T, BC, _pad8(dv))
 
     @jit.kernel
     def backward(do, q, k, v, lse, delta, dq_acc, dk, dv_out, scale, left, right):
@@ -310,14 +281,14 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), sc
     uint16 (bfloat16), float32, float64; any strides.  ``window=(left, right)``: −1 is
     unbounded; ``causal`` adds right <= 0.  ``tiles``: (Br, Bc, W) to force (default
     :func:`fit_tiles`; ``small``: the simulator's)."""
-    from . import attention_delta
-
     n_b, n_h, sq, d = q.shape
     n_kv, sk, dvh = k.shape[1], k.shape[2], v.shape[3]
     if not (1 <= d <= MAX_HEAD_DIM and 1 <= dvh <= MAX_HEAD_DIM):
         raise ValueError(f"head dimensions must be between 1 and {MAX_HEAD_DIM}, got D={d}, Dv={dvh}")
     if n_kv == 0 or n_h % n_kv:
         raise ValueError(f"q has {n_h} heads, k and v {n_kv}: a multiple is needed (GQA)")
+    if n_b * n_h > 65535:
+        raise ValueError(f"at most 65535 batch·heads per launch, got {n_b * n_h}")
     left, right = (int(w) for w in window)
     if causal:
         right = 0 if right < 0 else min(right, 0)
@@ -325,13 +296,11 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), sc
     acc_name = accumulator(q.dtype).name
     rows = n_b * n_h * sq
     # preprocess: D = rowsum(dO ∘ O), the dQ accumulator zeroed (float32/64: dQ itself)
-    delta = cuda.device_array((n_b, n_h, max(sq, 1)), dtype=acc_name, stream=stream)
-    dq_acc = dq if dq.dtype.itemsize >= 4 else cuda.device_array(
-        (n_b, n_h, sq, d), dtype="float32", stream=stream)
+    delta = scratch((n_b, n_h, max(sq, 1)), acc_name, stream, "delta")
+    dq_acc = dq if dq.dtype.itemsize >= 4 else scratch((n_b, n_h, sq, d), "float32", stream, "dq")
     if rows:
-        grid = (-(-sq * attention_delta.LANES // attention_delta.THREADS), n_b * n_h)
-        launcher.launch(attention_delta.preprocess(q.dtype), grid, attention_delta.THREADS,
-                        stream, (do, o, delta, dq_acc))
+        grid = (-(-sq * io.LANES // io.THREADS), n_b * n_h)
+        launcher.launch(io.preprocess(q.dtype), grid, io.THREADS, stream, (do, o, delta, dq_acc))
     if n_b * n_kv * sk:  # the main kernel (with Sq = 0 it writes dK = dV = 0)
         block_q, block_k, warps = tiles or fit_tiles(d, dvh, q.dtype.itemsize, small)
         check_tiles(block_q, block_k, warps)
@@ -341,6 +310,5 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), sc
                         (do, q, k, v, lse, delta, dq_acc, dk, dv, scale, left, right),
                         shared=shared)
     if dq_acc is not dq and rows:  # float16/bfloat16: round the accumulator into dQ
-        grid = (-(-sq * d // attention_delta.THREADS), n_b * n_h)
-        launcher.launch(attention_delta.convert(q.dtype), grid, attention_delta.THREADS, stream,
-                        (dq_acc, dq))
+        grid = (-(-sq * d // io.THREADS), n_b * n_h)
+        launcher.launch(io.convert(q.dtype), grid, io.THREADS, stream, (dq_acc, dq))

@@ -41,7 +41,9 @@ import numpy as np
 from numba import cuda
 
 from . import jit, launcher, vector
+from .scratch import scratch
 from .epilogue import SOFTMAX
+from .fused import _pow2_at_least
 from .jit import accumulator
 from .reduce import block_combine, warp_combine
 
@@ -72,7 +74,7 @@ def io(dtype, vpt, width, row_threads):
     """Device functions ``load(a, row, base, stop, t, v)`` — thread t's VPT values of row
     ``row`` from column ``base`` on (W at a time, coalesced, 0 past ``stop``) into ``v``
     in the accumulator type — and ``store(v, a, row, base, stop, t)``, its inverse."""
-    raw_t, acc = _raw(dtype), accumulator(dtype)
+    raw_t = _raw(dtype)
     load_row, store_row = vector.row_io(width)
     to_acc, to_raw = jit.loader(dtype), jit.storer(dtype)
 
@@ -237,13 +239,6 @@ class Plan(NamedTuple):
     splits: int = 1
 
 
-def _pow2_at_least(n):
-    p = 1
-    while p < n:
-        p *= 2
-    return p
-
-
 def max_vpt(dtype, warp=False):
     """Values of *each* tensor one thread may hold in the one-pass kernel: ``MAX_VPT`` (58
     registers a thread in a block of 1024, float32), half for float64; twice that for a
@@ -301,7 +296,7 @@ def launch(mode, dy, y, dx, stream=0, plan_=None):
             piece = -(-n // p.splits)
             piece = -(-piece // chunk) * chunk  # whole chunks: every piece starts aligned
             splits = -(-n // piece)  # no empty trailing pieces
-            ws = cuda.device_array((rows, splits), dtype=accumulator(y.dtype).name, stream=stream)
+            ws = scratch((rows, splits), accumulator(y.dtype).name, stream, "row sums")
             args = [(dy, y, piece, ws), (dy, y, dx, piece, ws)]
         fits = min(launcher.max_threads(k, a) for k, a in zip(ks, args))
         if plan_ is not None or p.threads <= fits:

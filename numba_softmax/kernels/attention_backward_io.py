@@ -1,5 +1,8 @@
-"""The two small kernels around the attention backward (:mod:`.attention_backward`).
+"""What goes in and out of the attention backward (:mod:`.attention_backward`): its tile
+stager and the two small kernels around it.
 
+``stager``      a device function: a tile of a (B, H, S, D) array into shared memory, in
+                the accumulator type, ``batch`` loads in flight per thread.
 ``preprocess``  D_i = rowsum(dO_i ∘ O_i) for every query row, and the row of the dQ
                 accumulator zeroed — FlashAttention-2's ``flash_bwd_preprocess``.  D_i is
                 Σ_j P_ij dP_ij computed without P: dP = dO Vᵀ and O = P V give
@@ -19,6 +22,37 @@ from .jit import accumulator
 FULL_MASK = 0xFFFFFFFF
 LANES = 8  # lanes per row in the preprocess kernel
 THREADS = 128
+
+
+@functools.cache
+def stager(dtype, threads, rows, width, batch=8):
+    """Device function ``stage(sm, off, stride, src, b, h, first, stop, cols, sc)``: rows
+    [first, first + rows) of src[b, h], times ``sc``, into sm[off + r·stride + c],
+    c < ``width``, in the accumulator type; rows ≥ ``stop`` and columns ≥ ``cols`` read
+    as 0.  ``batch`` loads are issued before their stores (a store between two loads
+    could alias the second, and would serialise them)."""
+    acc, load = accumulator(dtype), jit.loader(dtype)
+    total = rows * width
+
+    @jit.device
+    def stage(sm, off, stride, src, b, h, first, stop, cols, sc):
+        buf = cuda.local.array(batch, acc)
+        e0 = cuda.threadIdx.x
+        while e0 < total:
+            for u in range(batch):  # the batch's loads, in flight together
+                e = e0 + u * threads
+                r, c = e // width, e % width
+                x = acc(0.0)
+                if e < total and first + r < stop and c < cols:
+                    x = load(src[b, h, first + r, c]) * sc
+                buf[u] = x
+            for u in range(batch):  # then their stores
+                e = e0 + u * threads
+                if e < total:
+                    sm[off + (e // width) * stride + e % width] = buf[u]
+            e0 += batch * threads
+
+    return stage
 
 
 @functools.cache
