@@ -66,6 +66,19 @@ def central_diff(f, x, eps=1e-6):
     return g
 
 
+def attention_fd(fwd, do, q, k, v):
+    """Central differences of Σ dO ∘ fwd(q, k, v)[0] with respect to q, k and v."""
+    def wrt(i):
+        def loss(a):
+            args = [q, k, v]
+            args[i] = a
+            return (do * fwd(*args)[0]).sum()
+
+        return central_diff(loss, (q, k, v)[i])
+
+    return [wrt(i) for i in range(3)]
+
+
 def poisoned(shape, dtype):
     return cuda.to_device(np.full(shape, np.nan if dtype != BF16 else 0x7FC0, dtype=dtype))
 
@@ -95,13 +108,8 @@ def test_attention_reference_matches_finite_differences(causal, window, hq, hkv,
     fwd = lambda q, k, v: R.attention(q, k, v, causal, 0.7, True, window)  # noqa: E731
     o, lse = fwd(q, k, v)
     got = R.attention_backward(do, q, k, v, o, lse, causal, 0.7, window)
-    for i, (x, g) in enumerate(zip((q, k, v), got)):
-        def loss(a, i=i):
-            args = [q, k, v]
-            args[i] = a
-            return (do * fwd(*args)[0]).sum()
-
-        np.testing.assert_allclose(g, central_diff(loss, x), atol=2e-7, err_msg=f"seed {seed}")
+    for g, want in zip(got, attention_fd(fwd, do, q, k, v)):
+        np.testing.assert_allclose(g, want, atol=2e-7, err_msg=f"seed {seed}")
     if causal and sq > sk:
         assert np.isneginf(lse[..., : sq - sk]).all() and np.all(got[0][..., : sq - sk, :] == 0)
     assert all(np.isfinite(g).all() for g in got)
@@ -255,13 +263,8 @@ def test_attention_float64_kernel_matches_finite_differences():
     fwd = lambda q, k, v: R.attention(q, k, v, True, None, True)  # noqa: E731
     o, lse = fwd(q, k, v)
     got = run_attention((do, q, k, v, o, lse), causal=True)
-    for i, (x, g) in enumerate(zip((q, k, v), got)):
-        def loss(a, i=i):
-            args = [q, k, v]
-            args[i] = a
-            return (do * fwd(*args)[0]).sum()
-
-        np.testing.assert_allclose(g, central_diff(loss, x), atol=1e-7, err_msg=f"seed {seed}")
+    for g, want in zip(got, attention_fd(fwd, do, q, k, v)):
+        np.testing.assert_allclose(g, want, atol=1e-7, err_msg=f"seed {seed}")
 
 
 ATT_CASES = sized(

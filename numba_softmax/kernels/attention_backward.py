@@ -104,6 +104,33 @@ def check_tiles(block_q, block_k, warps):
 
 
 @functools.cache
+def outer_product(dtype, rows, cols):
+    """Device function ``outer(t, sm, n, a0, a_row, a_k, b0, b_col, b_k)``: the (rows × cols)
+    register tile t += Σ_k a_k ⊗ b_k over n steps k, where a_k[i] = sm[a0 + i·a_row + k·a_k]
+    and b_k[j] = sm[b0 + j·b_col + k·b_k] — one thread's share of a product of two shared
+    tiles, rows·cols FMAs for rows + cols shared loads per step.  (A while loop: its counter
+    is provably >= 0, so the addresses need no negative-index fix-up.)"""
+    acc = accumulator(dtype)
+
+    @jit.device
+    def outer(t, sm, n, a0, a_row, a_k, b0, b_col, b_k):
+        a = cuda.local.array(rows, acc)
+        b = cuda.local.array(cols, acc)
+        k = 0
+        while k < n:
+            for i in range(rows):
+                a[i] = sm[a0 + i * a_row + k * a_k]
+            for j in range(cols):
+                b[j] = sm[b0 + j * b_col + k * b_k]
+            for i in range(rows):
+                for j in range(cols):
+                    t[i, j] += a[i] * b[j]
+            k += 1
+
+    return outer
+
+
+@functools.cache
 def kernel(dtype, d, dv, block_q, block_k, warps):
     """The main backward kernel for one (dtype, D, Dv, Br, Bc, W): all compile-time."""
     acc, store = accumulator(dtype), jit.storer(dtype)
@@ -114,6 +141,8 @@ def kernel(dtype, d, dv, block_q, block_k, warps):
     (Q0, O0, K0, V0, P0, S0, L0, D0), _ = layout(d, dv, BR, BC)
     stage_q, stage_o = io.stager(dtype, T, BR, _pad8(d)), io.stager(dtype, T, BR, _pad8(dv))
     stage_k, stage_v = io.stager(dtype, T, BC, _pad8(d)), io.stager(dtype, T, BC, _pad8(dv))
+    rows_x_keys, keys_x_d = outer_product(dtype, RPL, CPL), outer_product(dtype, KPL, ND)
+    keys_x_dv, rows_x_d = outer_product(dtype, KPL, NV), outer_product(dtype, RPL, ND)
 
     @jit.kernel
     def backward(do, q, k, v, lse, delta, dq_acc, dk, dv_out, scale, left, right):
@@ -143,15 +172,10 @@ def kernel(dtype, d, dv, block_q, block_k, warps):
         dk_acc = cuda.local.array((KPL, ND), acc)  # dK_j, dV_j: on chip for the whole block
         dv_acc = cuda.local.array((KPL, NV), acc)
         dq_t = cuda.local.array((RPL, ND), acc)
-        xa = cuda.local.array(RPL, acc)
-        xb = cuda.local.array(CPL, acc)
+        xa = cuda.local.array(RPL, acc)  # each row's LSE and D
         xc = cuda.local.array(RPL, acc)
         lo = cuda.local.array(RPL, numba.int64)  # each row's visible keys in the tile
         hi = cuda.local.array(RPL, numba.int64)
-        ya = cuda.local.array(KPL, acc)
-        yb = cuda.local.array(KPL, acc)
-        za = cuda.local.array(ND, acc)
-        zb = cuda.local.array(NV, acc)
         for a in range(KPL):
             for c in range(ND):
                 dk_acc[a, c] = zero
@@ -173,31 +197,15 @@ def kernel(dtype, d, dv, block_q, block_k, warps):
                     sm[D0 + tid] = delta[b, h, i0 + tid] if i0 + tid < sq else zero
                 cuda.syncthreads()  # Q_i, dO_i, LSE_i, D_i (and K_j, V_j) are complete
 
-                # S = Q_i (scale·K_j)ᵀ and dP = dO_i V_jᵀ: outer products over d
+                # S = Q_i (scale·K_j)ᵀ and dP = dO_i V_jᵀ: products over d
                 for i in range(RPL):
                     for jj in range(CPL):
                         s[i, jj] = zero
                         dp[i, jj] = zero
-                kk = 0
-                while kk < d:
-                    for i in range(RPL):
-                        xa[i] = sm[Q0 + (row0 + rg + 4 * i) * QS + kk]
-                    for jj in range(CPL):
-                        xb[jj] = sm[K0 + (cg + GROUP * jj) * QS + kk]
-                    for i in range(RPL):
-                        for jj in range(CPL):
-                            s[i, jj] += xa[i] * xb[jj]
-                    kk += 1
-                kk = 0
-                while kk < dv:
-                    for i in range(RPL):
-                        xa[i] = sm[O0 + (row0 + rg + 4 * i) * VS + kk]
-                    for jj in range(CPL):
-                        xb[jj] = sm[V0 + (cg + GROUP * jj) * VS + kk]
-                    for i in range(RPL):
-                        for jj in range(CPL):
-                            dp[i, jj] += xa[i] * xb[jj]
-                    kk += 1
+                rows_x_keys(s, sm, d, Q0 + (row0 + rg) * QS, 4 * QS, 1,
+                            K0 + cg * QS, GROUP * QS, 1)
+                rows_x_keys(dp, sm, dv, O0 + (row0 + rg) * VS, 4 * VS, 1,
+                            V0 + cg * VS, GROUP * VS, 1)
 
                 # P = exp(S − LSE), 0 outside the row's visible keys [lo, hi] of this tile;
                 # dS = P ∘ (dP − D); both to shared memory
@@ -223,37 +231,15 @@ def kernel(dtype, d, dv, block_q, block_k, warps):
                 cuda.syncthreads()  # P and dS are complete: every warp reads every row
 
                 # dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i (times scale once, at the end):
-                # outer products over the Br rows
-                kk = 0
-                while kk < BR:
-                    for a in range(KPL):
-                        ya[a] = sm[P0 + kk * PS + key0 + rg + 4 * a]
-                        yb[a] = sm[S0 + kk * PS + key0 + rg + 4 * a]
-                    for c in range(ND):
-                        za[c] = sm[Q0 + kk * QS + cg + GROUP * c]
-                    for c in range(NV):
-                        zb[c] = sm[O0 + kk * VS + cg + GROUP * c]
-                    for a in range(KPL):
-                        for c in range(ND):
-                            dk_acc[a, c] += yb[a] * za[c]
-                        for c in range(NV):
-                            dv_acc[a, c] += ya[a] * zb[c]
-                    kk += 1
+                # products over the Br rows
+                keys_x_dv(dv_acc, sm, BR, P0 + key0 + rg, 4, PS, O0 + cg, GROUP, VS)
+                keys_x_d(dk_acc, sm, BR, S0 + key0 + rg, 4, PS, Q0 + cg, GROUP, QS)
 
-                # dQ_i += dS (scale·K_j): an outer product over the Bc keys, added atomically
+                # dQ_i += dS (scale·K_j): a product over the Bc keys, added atomically
                 for i in range(RPL):
                     for c in range(ND):
                         dq_t[i, c] = zero
-                kk = 0
-                while kk < BC:
-                    for i in range(RPL):
-                        xa[i] = sm[S0 + (row0 + rg + 4 * i) * PS + kk]
-                    for c in range(ND):
-                        za[c] = sm[K0 + kk * QS + cg + GROUP * c]
-                    for i in range(RPL):
-                        for c in range(ND):
-                            dq_t[i, c] += xa[i] * za[c]
-                    kk += 1
+                rows_x_d(dq_t, sm, BC, S0 + (row0 + rg) * PS, 4 * PS, 1, K0 + cg, GROUP, QS)
                 for i in range(RPL):
                     r = i0 + row0 + rg + 4 * i
                     for c in range(ND):
