@@ -1,9 +1,10 @@
 """The public backward API: the gradients of softmax, log_softmax and attention.
 
 Each call: validate → views (the (rows, n) or (B, H, S, D) device arrays the kernels read,
-built by :mod:`._arrays` and the helpers of ``numba_softmax/attention.py``) → kernel launch → give
-back, as the kind of array that came in (NumPy in → NumPy out; CuPy, PyTorch CUDA tensors
-and Numba device arrays → the same kind, on the same device).  Inputs are never written.
+built by :mod:`._arrays` and the helpers of ``numba_softmax/attention.py``) → kernel
+launch → give back, as the kind of array that came in (NumPy in → NumPy out; CuPy,
+PyTorch CUDA tensors and Numba device arrays → the same kind, on the same device).
+Inputs are never written.
 """
 
 import math
@@ -92,14 +93,18 @@ def _check_attention(do, q, k, v, o, lse, window):
     if len(qs) < 2 or any(len(s) != len(qs) for s in shapes.values()):
         raise ValueError(f"do, q, k, v, o need one rank >= 2 (..., S, D), got {shapes}")
     gqa = len(qs) >= 3 and ks[-3] != qs[-3]
-    lead_ok = qs[:-3] == ks[:-3] and ks[-3] > 0 and qs[-3] % ks[-3] == 0 if gqa else qs[:-2] == ks[:-2]
+    if gqa:  # fewer K/V heads than query heads, a whole number of query heads each
+        lead_ok = qs[:-3] == ks[:-3] and ks[-3] > 0 and qs[-3] % ks[-3] == 0
+    else:
+        lead_ok = qs[:-2] == ks[:-2]
     if not lead_ok or ks[:-2] != vs[:-2] or qs[-1] != ks[-1] or ks[-2] != vs[-2]:
         raise ValueError(f"incompatible shapes q {qs}, k {ks}, v {vs}: q (..., Hq, Sq, D), k "
                          f"(..., Hkv, Sk, D), v (..., Hkv, Sk, Dv) with Hq a multiple of Hkv")
     o_shape = qs[:-1] + (vs[-1],)
     for name in ("o", "do"):
         if shapes[name] != o_shape:
-            raise ValueError(f"{name} has shape {shapes[name]}; with q {qs} and v {vs} it must be {o_shape}")
+            raise ValueError(f"{name} has shape {shapes[name]}; with q {qs} and v {vs} it must "
+                             f"be {o_shape}")
     if tuple(lse.shape) != qs[:-1]:
         raise ValueError(f"lse has shape {tuple(lse.shape)}; with q {qs} it must be {qs[:-1]}")
     try:

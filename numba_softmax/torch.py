@@ -98,7 +98,8 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
 @torch.library.custom_op(f"{_LIB}::attention_backward", mutates_args=(), device_types="cuda")
 def attention_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                           o: torch.Tensor, lse: torch.Tensor, causal: bool,
-                          scale: Optional[float]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                          scale: Optional[float]
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return _backward.attention_backward(do, q, k, v, o, lse, causal=causal, scale=scale,
                                         stream=_stream(q))
 

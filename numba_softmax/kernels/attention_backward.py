@@ -270,7 +270,8 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), sc
     n_b, n_h, sq, d = q.shape
     n_kv, sk, dvh = k.shape[1], k.shape[2], v.shape[3]
     if not (1 <= d <= MAX_HEAD_DIM and 1 <= dvh <= MAX_HEAD_DIM):
-        raise ValueError(f"head dimensions must be between 1 and {MAX_HEAD_DIM}, got D={d}, Dv={dvh}")
+        raise ValueError(f"head dimensions must be between 1 and {MAX_HEAD_DIM}, got D={d}, "
+                         f"Dv={dvh}")
     if n_kv == 0 or n_h % n_kv:
         raise ValueError(f"q has {n_h} heads, k and v {n_kv}: a multiple is needed (GQA)")
     if n_b * n_h > 65535:
