@@ -22,6 +22,8 @@ if "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS" not in _os.environ:
 from . import combine as _combine  # noqa: E402
 from . import errors as _errors  # noqa: E402
 from .attention import attention, merge_attention  # noqa: E402
+from .backward import attention_backward, log_softmax_backward, softmax_backward  # noqa: E402
+from .ring import ring_attention  # noqa: E402  (imports torch only when called)
 from .softmax import log_softmax, logsumexp, softmax  # noqa: E402
 
 
@@ -44,6 +46,10 @@ log_softmax = _errors.public(log_softmax)
 logsumexp = _errors.public(logsumexp)
 attention = _errors.public(attention)
 merge_attention = _errors.public(merge_attention)
+softmax_backward = _errors.public(softmax_backward)
+log_softmax_backward = _errors.public(log_softmax_backward)
+attention_backward = _errors.public(attention_backward)
 
 __version__ = "0.1.0"
-__all__ = ["combine", "softmax", "log_softmax", "logsumexp", "attention", "merge_attention"]
+__all__ = ["combine", "softmax", "log_softmax", "logsumexp", "attention", "merge_attention",
+           "softmax_backward", "log_softmax_backward", "attention_backward", "ring_attention"]

@@ -247,8 +247,10 @@ def _self_check(plan, arrays, stream, result):
     _state["checked"] = True
     try:
         again = plan(arrays, stream)
-        a, b = kinds.to_numpy(result), kinds.to_numpy(again)
-        same = a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
+        a, b = (np.concatenate([np.ravel(kinds.to_numpy(r)).astype(np.float64) for r in
+                                (x if isinstance(x, tuple) else (x,))]) for x in (result, again))
+        # close, not equal: kernels that accumulate with atomics (dQ) vary in the last bits
+        same = a.shape == b.shape and np.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)
     except Exception as e:  # noqa: BLE001 - any failure here means: do not replay
         same, why = False, f"{type(e).__name__}: {e}"
     else:

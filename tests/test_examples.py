@@ -144,6 +144,10 @@ def test_10_ring_attention():
     flops = [int(cells(r)[1]) for r in table_rows(out, "Work per rank")]
     assert len(flops) == 2 and flops[0] == flops[1] > 0  # zigzag: balanced
 
+def test_08_train_tiny_attention():
+    out = run_example("08_train_tiny_attention.py")
+    assert "needs a CUDA GPU" in out  # training runs on PyTorch CUDA tensors only
+
 
 @pytest.mark.parametrize("bad", [["--no-such-option"]])
 def test_examples_reject_unknown_options(bad):

@@ -179,6 +179,16 @@ def workspace(tag, n, dtype, stream=0):
     return buf
 
 
+def scratch(shape, dtype, stream, tag):
+    """A device array of ``shape`` and ``dtype`` (contents undefined) carved from the
+    :func:`workspace` of (``tag``, dtype, stream): valid until the next call with the same
+    tag on that stream (use one tag per array a launch needs at once)."""
+    n = 1
+    for s in shape:
+        n *= s
+    return workspace(tag, max(n, 1), dtype, stream)[:n].reshape(shape)
+
+
 def workspace_holding(ptr):
     """The workspace whose memory holds device address ``ptr``, or None."""
     for buf in list(_WORKSPACES.values()):

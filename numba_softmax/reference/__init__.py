@@ -12,6 +12,7 @@ from .attention import (
     update_out_and_lse,
     visible,
 )
+from .backward import attention_backward, log_softmax_backward, softmax_backward
 from .softmax import (
     chunk_softmax,
     log_softmax,
@@ -40,4 +41,7 @@ __all__ = [
     "split_kv_attention",
     "merge_attention",
     "visible",
+    "softmax_backward",
+    "log_softmax_backward",
+    "attention_backward",
 ]
