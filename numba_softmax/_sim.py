@@ -7,10 +7,12 @@ fake ``cuda`` module those calls, so the *same* kernel source runs in both place
 Nothing here is used on a real GPU.
 
 A shuffle is warp-synchronous: the 32 lanes of a warp exchange values together.  The
-emulation gives each simulated warp a board and a barrier: every lane posts its value,
-the warp meets at the barrier, each lane reads its partner's value, and the warp meets
-again before the board is reused.  Like the hardware's full-mask shuffle, it needs
-every lane of the warp to take part (the kernels here use whole warps).
+emulation gives each simulated warp two boards, used in turn, and a barrier: every lane
+posts its value, the warp meets at the barrier, each lane reads its partner's value (the
+next exchange posts on the other board).  Like the hardware's full-mask shuffle, it
+needs every lane of the warp to take part (the kernels here use whole warps).
+:func:`warp_exchange` is the same step for any warp-wide instruction: the tensor-core
+emulation of :mod:`.kernels.mma` is built on it.
 """
 
 import threading

@@ -93,6 +93,3 @@ def cp_async_commit():
 def cp_async_wait_all():
     pass
 
-
-def cp_async_wait_one():
-    pass

@@ -39,7 +39,7 @@ from numba import cuda
 from .._sim import simulator_enabled
 from ..combine import lse_device, weight_device
 from . import jit, launcher
-from .mma import (cp_async_commit, cp_async_wait_all, cp_async_wait_one, for_dtype,
+from .mma import (cp_async_commit, cp_async_wait_all, for_dtype,
                   ldmatrix_x4, ldmatrix_x4_trans, max_nan)
 from .staging import aligned, stager
 
@@ -172,19 +172,17 @@ def kernel(dtype, out_dtype, d, dv, warps, block_k, stages, vec, min_blocks=None
             j0 = lo + it * BC
             base = (it & 1) * TILE if stages == 2 else 0
             if stages == 1:
+                cuda.syncthreads()  # every warp is done with tile j−1 before it is overwritten
                 stage_k(smem, 0, k_s, j0, hi)
                 stage_v(smem, BC * KS, v_s, j0, hi)
                 cp_async_commit()
-                cp_async_wait_all()
-            elif it + 1 < n_tiles:  # tile j+1 → the other stage, while tile j is used
-                nxt = TILE - base
+            cp_async_wait_all()  # this thread's copies of tile j are complete
+            cuda.syncthreads()  # everyone's are; and every warp is done with tile j−1
+            if stages == 2 and it + 1 < n_tiles:  # so tile j+1 may go to its buffer now,
+                nxt = TILE - base  # and lands while tile j is used
                 stage_k(smem, nxt, k_s, j0 + BC, hi)
                 stage_v(smem, nxt + BC * KS, v_s, j0 + BC, hi)
                 cp_async_commit()
-                cp_async_wait_one()  # this thread's copies of tile j are complete
-            else:
-                cp_async_wait_all()
-            cuda.syncthreads()  # everyone's copies of tile j have landed before anyone reads
 
             # S = Q_w K_jᵀ: one ldmatrix.x4 = B fragments of two key tiles at one k-step
             for n in range(NB):
@@ -246,7 +244,6 @@ def kernel(dtype, out_dtype, d, dv, warps, block_k, stages, vec, min_blocks=None
                         smem, base + BC * KS + v_lane + 16 * kb * VS + 16 * n2)
                     mma(of, 2 * n2, pf, kb, b0, b1)
                     mma(of, 2 * n2 + 1, pf, kb, b2, b3)
-            cuda.syncthreads()  # every warp is done with this stage before it is refilled
 
         # O / ℓ once; ℓ = 0: the row saw no key → O = 0, chosen (its O may hold 0·NaN)
         for rr in range(2):

@@ -47,8 +47,8 @@ compile-time constants only, so that they stay in registers):
     cp_async16(smem, i, src, row, col, ok)
                                     smem[i : i+8] ← src[row, col : col+8] (16 bytes,
                                     asynchronously), or eight zeros when not ``ok``
-    cp_async_commit(), cp_async_wait_all(), cp_async_wait_one()
-                                    close a group of copies; wait for all / all but the newest
+    cp_async_commit(), cp_async_wait_all()
+                                    close a group of copies; wait until all have landed
     max_nan(a, b)                   :func:`numba_softmax.combine.larger` (a NaN wins) in one
                                     instruction, ``max.NaN.f32``, instead of four
 
@@ -67,7 +67,7 @@ from .._sim import simulator_enabled
 if simulator_enabled():
     from ..combine import larger as max_nan  # noqa: F401
     from ._mma_sim import (  # noqa: F401
-        cp_async16, cp_async_commit, cp_async_wait_all, cp_async_wait_one, ldmatrix_x4,
+        cp_async16, cp_async_commit, cp_async_wait_all, ldmatrix_x4,
         ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2,
     )
 else:
@@ -194,7 +194,6 @@ else:
 
     cp_async_commit = _plain("cp.async.commit_group;")
     cp_async_wait_all = _plain("cp.async.wait_group 0;")
-    cp_async_wait_one = _plain("cp.async.wait_group 1;")
 
 
 def for_dtype(dtype):

@@ -34,6 +34,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from numba import cuda  # noqa: E402
 
+from numba_softmax import reference as R  # noqa: E402
 from numba_softmax.kernels import attention as CUDA_CORE  # noqa: E402
 from numba_softmax.kernels import attention_tc as TC  # noqa: E402
 from numba_softmax.kernels import decode as KD  # noqa: E402
@@ -55,25 +56,11 @@ def nb(t):
     return cuda.from_cuda_array_interface(desc, owner=t, sync=False)
 
 
-def visible(sq, sk, causal, window):
-    i = torch.arange(sq, device=DEV)[:, None]
-    d = torch.arange(sk, device=DEV)[None, :] - (i + sk - sq)
-    ok = torch.ones(sq, sk, dtype=torch.bool, device=DEV)
-    left, right = window
-    if causal:
-        ok &= d <= 0
-    if left >= 0:
-        ok &= d >= -left
-    if right >= 0:
-        ok &= d <= right
-    return ok
-
-
 def references(q, k, v, causal, window, scale):
     """(float32 O, float32 LSE, same-precision math-path O); rows that see no key → 0."""
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    ok = visible(q.shape[2], k.shape[2], causal, window)
+    ok = torch.from_numpy(R.visible(q.shape[2], k.shape[2], causal, window)).to(DEV)
     s = (q.float() @ k.float().transpose(-1, -2)) * scale
     s = s.masked_fill(~ok, -math.inf)
     lse = torch.logsumexp(s, -1)
