@@ -95,6 +95,15 @@ else:
         cast = builder.addrspacecast(ptr, ir.PointerType(ptr.type.pointee, space))
         return builder.ptrtoint(cast, ir.IntType(bits))
 
+    def _shared(context, builder, arr_type, arr, i, i_type):
+        """The 32-bit shared-memory address of arr[i], computed in 32 bits (base + 2·i):
+        constant parts of i become the instruction's immediate offset."""
+        ary = context.make_array(arr_type)(context, builder, value=arr)
+        base = _address(builder, ary.data, 3, 32)
+        i32 = builder.trunc(context.cast(builder, i, i_type, types.intp), _I32)
+        size = ir.Constant(_I32, context.get_abi_sizeof(context.get_data_type(arr_type.dtype)))
+        return builder.add(base, builder.mul(i32, size))
+
     def _mma(kind):
         text = (f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 "
                 "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};")
@@ -142,11 +151,10 @@ else:
         @intrinsic
         def ldmatrix(typingctx, smem, i):
             def codegen(context, builder, sig, args):
-                ptr = _item(context, builder, sig.args[0], args[0], [(args[1], sig.args[1])])
+                addr = _shared(context, builder, sig.args[0], args[0], args[1], sig.args[1])
                 # volatile, with a memory clobber: it must not move across a barrier
-                d = _asm(builder, ir.LiteralStructType([_I32] * 4),
-                         [_address(builder, ptr, 3, 32)], text, "=r,=r,=r,=r,r,~{memory}",
-                         side_effect=True)
+                d = _asm(builder, ir.LiteralStructType([_I32] * 4), [addr], text,
+                         "=r,=r,=r,=r,r,~{memory}", side_effect=True)
                 return context.make_tuple(builder, sig.return_type,
                                           [builder.extract_value(d, r) for r in range(4)])
 
@@ -160,13 +168,13 @@ else:
     def cp_async16(typingctx, smem, i, src, row, col, ok):
         def codegen(context, builder, sig, args):
             st, it, srct, rt, colt, okt = sig.args
-            dst = _item(context, builder, st, args[0], [(args[1], it)])
+            dst = _shared(context, builder, st, args[0], args[1], it)
             ptr = _item(context, builder, srct, args[2], [(args[3], rt), (args[4], colt)])
             ok_ = context.cast(builder, args[5], okt, types.boolean)
             size = builder.select(ok_, ir.Constant(_I32, 16), ir.Constant(_I32, 0))
             # src-size 0: nothing is read, the 16 bytes are zero-filled
             _asm(builder, ir.VoidType(),
-                 [_address(builder, dst, 3, 32), _address(builder, ptr, 1, 64), size],
+                 [dst, _address(builder, ptr, 1, 64), size],
                  "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}",
                  side_effect=True)
             return context.get_dummy_value()

@@ -34,31 +34,49 @@ def stager(dtype, threads, rows, cols, width, stride, vec):
     """Device function: ``rows`` rows from key0 of src (S, cols) → shared rows of ``stride``
     values from ``base`` (``width`` columns, a multiple of 8).  Rows ≥ hi and columns ≥
     cols become zeros.  ``vec``: 16-byte cp.async copies (asynchronous: complete after
-    cp_async_wait); else plain 2-byte loads and stores."""
+    cp_async_wait); else plain 2-byte loads and stores.
+
+    Thread ``tid`` copies the 16-byte chunks tid, tid + threads, …; when the threads
+    cover whole rows (threads a multiple of the chunks per row) each thread keeps one
+    column and steps down the rows, so a copy costs a compare and an address, nothing
+    more.  A loop, not unrolled: the copies run asynchronously anyway, and an unrolled one
+    would keep every copy's addresses in registers for the whole kernel."""
     chunks = width // 8
     total = rows * chunks
+    whole_rows = threads % chunks == 0
+    step = threads // chunks  # rows per pass when whole_rows
     load, pack = jit.loader(dtype), for_dtype(dtype)[1]
     zero = numba.float32(0.0)
 
     @jit.device
+    def copy(smem, dst, src, key, c, hi):
+        ok = key < hi and c < cols
+        if vec:  # (an address inside the array even where nothing is read)
+            cp_async16(smem, dst, src, min(key, hi - 1), c if c < cols else 0, ok)
+        else:
+            for e in range(8):
+                x = zero
+                if ok and c + e < cols:
+                    x = load(src[key, c + e])
+                smem[dst + e] = numba.uint16(pack(x, zero) & 0xFFFF)
+
+    @jit.device
     def stage(smem, base, src, key0, hi):
-        # a loop, not unrolled: the copies run asynchronously anyway, and an unrolled one
-        # would keep every copy's addresses in registers for the whole kernel
-        idx = cuda.threadIdx.x
-        while idx < total:
-            r = idx // chunks
-            c = 8 * (idx - r * chunks)
-            ok = key0 + r < hi and c < cols
+        tid = cuda.threadIdx.x
+        if whole_rows:
+            r, c = tid // chunks, 8 * (tid % chunks)
             dst = base + r * stride + c
-            if vec:  # (an address inside the array even where nothing is read)
-                cp_async16(smem, dst, src, min(key0 + r, hi - 1), c if c < cols else 0, ok)
-            else:
-                for e in range(8):
-                    x = zero
-                    if ok and c + e < cols:
-                        x = load(src[key0 + r, c + e])
-                    smem[dst + e] = numba.uint16(pack(x, zero) & 0xFFFF)
-            idx += threads
+            while r < rows:
+                copy(smem, dst, src, key0 + r, c, hi)
+                r += step
+                dst += step * stride
+        else:
+            idx = tid
+            while idx < total:
+                r = idx // chunks
+                c = 8 * (idx - r * chunks)
+                copy(smem, base + r * stride + c, src, key0 + r, c, hi)
+                idx += threads
 
     return stage
 
