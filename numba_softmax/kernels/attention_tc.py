@@ -56,14 +56,17 @@ def _up16(n):
 class Tiles:
     """A launch configuration: ``warps`` W (Br = 16·W query rows), ``block_k`` Bc keys per
     tile, ``stages``: 1 or 2 shared-memory buffers (2: double-buffered), ``min_blocks``:
-    blocks per multiprocessor the compiler must fit (launch bounds; None: its choice)."""
+    blocks per multiprocessor the compiler must fit (launch bounds; 0: none, None: 3 for
+    D <= 64 with the default tiles, where it costs no spills)."""
 
     def __init__(self, d, dv, warps=None, block_k=None, stages=2, min_blocks=None, small=False):
         if small:  # the simulator: one warp, one 16×16 tile per mma step
             warps, block_k = warps or 1, block_k or 16
         self.warps = warps or 4
         self.block_k = block_k or (64 if max(d, dv) <= 128 else 32)
-        self.stages, self.min_blocks = stages, min_blocks
+        if min_blocks is None:  # D <= 64: 163 registers instead of 172, 3 blocks a SM, not 2
+            min_blocks = 3 if max(d, dv) <= 64 and self.warps == 4 and self.block_k <= 64 else 0
+        self.stages, self.min_blocks = stages, min_blocks or None
         if self.warps not in (1, 2, 4, 8) or self.block_k % 16 or not 16 <= self.block_k <= 256:
             raise ValueError(f"warps must be 1, 2, 4 or 8 and block_k a multiple of 16 "
                              f"up to 256, got warps={self.warps}, block_k={self.block_k}")
