@@ -158,8 +158,9 @@ def test_varlen_never_reads_past_a_sequence(storage):
 
 
 def test_keys_no_row_sees_are_never_read():
-    """A sliding window: the keys before every row's window hold NaN (in whole tiles and in
-    the tile the window starts in): they must not reach the output."""
+    """A sliding window: the keys before every row's window hold NaN, in K and V.  A block
+    visits only the keys its rows see (the key loop starts at the first of them, not at a
+    tile boundary), so they are never read and cannot reach the output."""
     rng, seed = fresh()
     sq, sk, left = sized(16, 128), sized(50, 400), sized(5, 40)
     (q, k, v), (qv, kv, vv) = inputs(rng, F16, (1, 1), (1, 1), sq, sk, 16, 16)
