@@ -268,9 +268,14 @@ def kernel(dtype, out_dtype, d, dv, warps, block_k, stages, vec, min_blocks=None
     return forward, THREADS
 
 
-@functools.cache
 def _no_seqlens():
-    return cuda.to_device(np.zeros(1, np.int32))  # cu_seqlens when there are none (unread)
+    """cu_seqlens when there are none (one element: the kernel reads none), per device."""
+    return _no_seqlens_on(0 if simulator_enabled() else cuda.get_current_device().id)
+
+
+@functools.cache
+def _no_seqlens_on(device_id):
+    return cuda.to_device(np.zeros(1, np.int32))
 
 
 def _sequences(q, cu_q, cu_k, max_seqlen_q):
