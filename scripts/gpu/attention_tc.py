@@ -29,7 +29,6 @@ from pathlib import Path
 T0 = time.time()
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from numba import cuda  # noqa: E402
