@@ -71,7 +71,7 @@ def choose(rows, n, k, dtype, width, limits):
     ~16 warps per multiprocessor, as many as the merge's shared memory holds.
     """
     sms, max_threads = limits.sms, min(limits.max_threads, 512)
-    vpt = 4 * width if width > 1 else 8
+    vpt = min(4 * width, 16) if width > 1 else 8  # 16 keeps float16 in registers
     if n <= 4 * WARP * vpt:
         return Plan(True, min(128, max_threads), vpt)
     if rows >= sms:

@@ -66,8 +66,9 @@ def sample_probabilities(x, top_k=None, top_p=1.0, temperature=1.0):
 
 
 def gumbel_bits(key, j):
-    """:func:`numba_softmax.draws.bits` for an array of counters j (uint64, wrapping)."""
-    z = np.uint64(key) + np.uint64(draws.PHI) * (np.asarray(j, dtype=np.uint64) + np.uint64(1))
+    """:func:`numba_softmax.draws.bits` for arrays of keys and counters (uint64, wrapping;
+    broadcast)."""
+    z = np.asarray(key, dtype=np.uint64) + np.uint64(draws.PHI) * (np.asarray(j, dtype=np.uint64) + np.uint64(1))
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return z ^ (z >> np.uint64(31))
@@ -80,20 +81,16 @@ def sample(x, top_k=None, top_p=1.0, temperature=1.0, seed=0):
     uniform; without: argmax_j (u_j + G_j), Gumbel noise G_j from the key and j."""
     x = np.asarray(x, dtype=np.float64)
     lead, V = x.shape[:-1], x.shape[-1]
-    rows = x.reshape(-1, V)
-    tokens = np.full(rows.shape[0], -1, dtype=np.int64)
-    k = 1 if top_k is None else top_k
-    for r in range(rows.shape[0]):
-        key = draws.row_key(seed, r)
-        u = rows[r] / temperature
-        if top_k is None:  # Gumbel-max: the top-1 of u + G
-            b = (gumbel_bits(key, np.arange(V)) >> np.uint64(32)).astype(np.float64)
-            w = np.minimum((b + 0.5) * 2.0**-32, 0.99999994)
-            with np.errstate(invalid="ignore"):
-                u = u + -np.log(-np.log1p(-w))
-        l = topk_state_np(rows[r] / temperature, 1)[1]  # ℓ of the unperturbed row
-        values, indices = topk_state_np(u, k)[2:]
-        if l > 0:
-            place = 0 if top_k is None else draws.draw(values, 0, k, top_p, draws.uniform(key))
-            tokens[r] = indices[place]
+    u = x.reshape(-1, V) / temperature
+    keys = np.array([draws.row_key(seed, r) for r in range(u.shape[0])], dtype=np.uint64)
+    l = topk_state_np(u, 1)[1]  # ℓ of the unperturbed rows: 0 or NaN means no softmax
+    if top_k is None:  # Gumbel-max: the top-1 of u + G
+        b = (gumbel_bits(keys[:, None], np.arange(V)) >> np.uint64(32)).astype(np.float64)
+        w = np.minimum((b + 0.5) * 2.0**-32, 0.99999994)
+        u = u - np.log(-np.log1p(-w))
+    values, indices = topk_state_np(u, 1 if top_k is None else top_k)[2:]
+    tokens = np.full(u.shape[0], -1, dtype=np.int64)
+    for r in np.flatnonzero(l > 0):
+        place = 0 if top_k is None else draws.draw(values[r], 0, top_k, top_p, draws.uniform(int(keys[r])))
+        tokens[r] = indices[r, place]
     return tokens.reshape(lead)
