@@ -83,10 +83,11 @@ def kernel(dtype, threads, vpt, width, slots, warp_rows, perturb):
 
 
 @functools.cache
-def merge_kernel(dtype, lists, slots, perturb, threads):
+def merge_kernel(dtype, slots, perturb, threads):
     """Split path, kernel 2: merge a row's piece states, then draw (kernel 1 is
     :func:`.topk.piece_kernel`, perturbed for the whole-vocabulary draw)."""
     acc = accumulator(dtype)
+    lists = topk.max_splits(dtype, WARP * slots)
     state = pieces_state(acc, lists, threads, slots)
     pick = chooser(dtype, perturb)
     entries = lists * WARP * slots
@@ -138,5 +139,5 @@ def launch(x, tokens, *, top_k, top_p=1.0, temperature=1.0, seed=0, stream=0, pl
     kern, threads = fit(lambda t: piece_kernel(x.dtype, t, vpt, width, slots, perturb), p.threads, args)
     launcher.launch(kern, (rows, splits), threads, stream, args)
     threads = merge_threads()
-    merge = merge_kernel(x.dtype, topk._pow2_at_least(splits), slots, perturb, threads)
+    merge = merge_kernel(x.dtype, slots, perturb, threads)
     launcher.launch(merge, rows, threads, stream, ws + (k, top_p, seed, tokens))

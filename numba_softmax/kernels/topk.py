@@ -38,6 +38,7 @@ from ..combine import weight_device
 from ..draws import row_key_device
 from . import jit, launcher, vector
 from .jit import accumulator
+from .fused import _pow2_at_least
 from .topk_state import WARP, pieces_state, row_state
 
 MAX_K = 128  # a warp's list holds ⌈k/32⌉ ≤ 4 entries per lane
@@ -79,18 +80,7 @@ def choose(rows, n, k, dtype, width, limits):
         return Plan(False, min(WARP * warps, max_threads), vpt)
     threads = min(256, max_threads)
     splits = min(max_splits(dtype, k), -(-16 * sms * WARP // (rows * threads)), -(-n // (threads * width)))
-    if splits < 2:
-        return Plan(False, threads, vpt)
-    piece = -(-n // splits)
-    vpt = max(width, min(vpt, _pow2_at_most(piece // (2 * threads))))  # ≥ 2 chunks a piece
-    return Plan(False, threads, vpt, splits)
-
-
-def _pow2_at_least(n):
-    p = 1
-    while p < n:
-        p *= 2
-    return p
+    return Plan(False, threads, vpt, max(splits, 1))
 
 
 def _pow2_at_most(n):
@@ -182,9 +172,11 @@ def piece_kernel(dtype, threads, vpt, width, slots, perturb):
 
 
 @functools.cache
-def merge_kernel(dtype, lists, slots, log, threads):
-    """Split path, kernel 2: block ``row`` merges the row's piece states and writes."""
+def merge_kernel(dtype, slots, log, threads):
+    """Split path, kernel 2: block ``row`` merges the row's piece states (at most
+    :func:`max_splits`) and writes."""
     acc = accumulator(dtype)
+    lists = max_splits(dtype, WARP * slots)
     state = pieces_state(acc, lists, threads, slots)
     write = writer(dtype, log)
     entries = lists * WARP * slots
@@ -278,7 +270,7 @@ def launch(x, k, values, indices, *, temperature=1.0, log=False, stream=0, plan=
     kern, threads = fit(lambda t: piece_kernel(x.dtype, t, vpt, width, slots, False), p.threads, args)
     launcher.launch(kern, (rows, splits), threads, stream, args)
     threads = merge_threads()
-    merge = merge_kernel(x.dtype, _pow2_at_least(splits), slots, log, threads)
+    merge = merge_kernel(x.dtype, slots, log, threads)
     launcher.launch(merge, rows, threads, stream, ws + (k, values, indices))
 
 
