@@ -36,7 +36,7 @@ from ..draws import MASK64, draw_device, row_key_device, uniform_device
 from . import jit, launcher, topk, vector
 from .jit import accumulator
 from .topk import WARP, check_row, choose, fit, merge_threads, piece_kernel, pieces, workspace
-from .topk_state import pieces_state, row_state
+from .topk_state import block_memory, pieces_state, row_state
 
 
 @functools.cache
@@ -62,14 +62,11 @@ def kernel(dtype, threads, vpt, width, slots, warp_rows, perturb):
     state = row_state(dtype, threads, vpt, width, slots, warp_rows, perturb)
     pick = chooser(dtype, perturb)
     lists = threads // WARP
-    entries = lists * WARP * slots
+    memory = block_memory(acc, lists * WARP * slots)
 
     @jit.kernel
     def sample(x, k, inv_t, top_p, seed, tokens):
-        sv = cuda.shared.array(entries, acc)  # the warps' lists
-        si = cuda.shared.array(entries, numba.int32)
-        m_sh = cuda.shared.array(WARP, acc)
-        l_sh = cuda.shared.array(WARP, acc)
+        sv, si, m_sh, l_sh = memory()
         tid = cuda.threadIdx.x
         row = cuda.blockIdx.x * lists + tid // WARP if warp_rows else cuda.blockIdx.x
         if warp_rows and row >= x.shape[0]:
@@ -90,14 +87,11 @@ def merge_kernel(dtype, slots, perturb, threads):
     lists = topk.max_splits(dtype, WARP * slots)
     state = pieces_state(acc, lists, threads, slots)
     pick = chooser(dtype, perturb)
-    entries = lists * WARP * slots
+    memory = block_memory(acc, lists * WARP * slots)
 
     @jit.kernel
     def merge_sample(ws_v, ws_i, ws_m, ws_l, k, top_p, seed, tokens):
-        sv = cuda.shared.array(entries, acc)
-        si = cuda.shared.array(entries, numba.int32)
-        m_sh = cuda.shared.array(WARP, acc)
-        l_sh = cuda.shared.array(WARP, acc)
+        sv, si, m_sh, l_sh = memory()
         row = cuda.blockIdx.x
         m, l = state(ws_v, ws_i, ws_m, ws_l, row, k, sv, si, m_sh, l_sh)
         if cuda.threadIdx.x == 0:

@@ -39,7 +39,7 @@ from ..draws import row_key_device
 from . import jit, launcher, vector
 from .jit import accumulator
 from .fused import _pow2_at_least
-from .topk_state import WARP, pieces_state, row_state
+from .topk_state import WARP, block_memory, pieces_state, row_state
 
 MAX_K = 128  # a warp's list holds ⌈k/32⌉ ≤ 4 entries per lane
 MERGE_THREADS = 512  # the split path's merge block (at most)
@@ -97,14 +97,11 @@ def kernel(dtype, threads, vpt, width, slots, warp_rows, log):
     state = row_state(dtype, threads, vpt, width, slots, warp_rows, False)
     write = writer(dtype, log)
     lists = threads // WARP
-    entries = lists * WARP * slots
+    memory = block_memory(acc, lists * WARP * slots)
 
     @jit.kernel
     def softmax_topk(x, k, inv_t, values, indices):
-        sv = cuda.shared.array(entries, acc)  # the warps' lists
-        si = cuda.shared.array(entries, numba.int32)
-        m_sh = cuda.shared.array(WARP, acc)
-        l_sh = cuda.shared.array(WARP, acc)
+        sv, si, m_sh, l_sh = memory()
         tid = cuda.threadIdx.x
         if warp_rows:
             row, first, step = cuda.blockIdx.x * lists + tid // WARP, tid % WARP, WARP
@@ -148,14 +145,11 @@ def piece_kernel(dtype, threads, vpt, width, slots, perturb):
     (with ``perturb``, of u + Gumbel noise: see :mod:`.sample`)."""
     acc = accumulator(dtype)
     state = row_state(dtype, threads, vpt, width, slots, False, perturb)
-    entries = threads * slots
+    memory = block_memory(acc, threads * slots)
 
     @jit.kernel
     def piece_states(x, k, inv_t, seed, piece, ws_v, ws_i, ws_m, ws_l):
-        sv = cuda.shared.array(entries, acc)
-        si = cuda.shared.array(entries, numba.int32)
-        m_sh = cuda.shared.array(WARP, acc)
-        l_sh = cuda.shared.array(WARP, acc)
+        sv, si, m_sh, l_sh = memory()
         row, s, tid = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
         key = row_key_device(seed, row) if perturb else seed
         start = s * piece
@@ -179,14 +173,11 @@ def merge_kernel(dtype, slots, log, threads):
     lists = max_splits(dtype, WARP * slots)
     state = pieces_state(acc, lists, threads, slots)
     write = writer(dtype, log)
-    entries = lists * WARP * slots
+    memory = block_memory(acc, lists * WARP * slots)
 
     @jit.kernel
     def merge_pieces(ws_v, ws_i, ws_m, ws_l, k, values, indices):
-        sv = cuda.shared.array(entries, acc)
-        si = cuda.shared.array(entries, numba.int32)
-        m_sh = cuda.shared.array(WARP, acc)
-        l_sh = cuda.shared.array(WARP, acc)
+        sv, si, m_sh, l_sh = memory()
         row = cuda.blockIdx.x
         m, l = state(ws_v, ws_i, ws_m, ws_l, row, k, sv, si, m_sh, l_sh)
         write(values, indices, row, sv, si, 0, k, m, l, cuda.threadIdx.x, threads)

@@ -196,6 +196,23 @@ def merge_lists(acc, per_thread):
 
 
 @functools.cache
+def block_memory(acc, entries):
+    """Device function ``memory()`` → (sv, si, m_sh, l_sh): a block's shared memory for
+    ``entries`` list entries (values, int32 indices) and its (m, ℓ) tree (32 slots each).
+    Called once per kernel."""
+
+    @jit.device
+    def memory():
+        sv = cuda.shared.array(entries, acc)
+        si = cuda.shared.array(entries, numba.int32)
+        m_sh = cuda.shared.array(WARP, acc)
+        l_sh = cuda.shared.array(WARP, acc)
+        return sv, si, m_sh, l_sh
+
+    return memory
+
+
+@functools.cache
 def row_state(dtype, threads, vpt, width, slots, warp_rows, perturb):
     """Device function ``state(x, row, start, stop, k, inv_t, key, sv, si, m_sh, l_sh)``
     → (m, ℓ, base): the state of x[row, start:stop], its list left in sv/si[base : base+k].
