@@ -66,19 +66,20 @@ def choose(rows, n, k, dtype, width, limits):
     """The layout for a (rows, n) problem on a device with ``limits``.
 
     Short rows (≤ 4 chunks of a warp): a warp per row.  Long rows, at least one per
-    multiprocessor: a block per row of as few warps as fill the device with ~16 warps per
-    multiprocessor (each warp's list costs k·log(values/k) insertions, so fewer warps per
-    row do less work).  Fewer rows: split each row into pieces of 256 threads, enough for
-    ~16 warps per multiprocessor, as many as the merge's shared memory holds.
+    multiprocessor: a block per row of as few warps (2 … 8) as give the device ~12 warps
+    per multiprocessor — each warp's list costs its own k·(1 + ln(values/k)) insertions,
+    so fewer warps per row do less work.  Fewer rows: split each row into pieces (blocks
+    of 256 threads, 512 for a handful of rows: shorter per-warp insertion chains), enough
+    for ~16 warps per multiprocessor, as many as the merge's shared memory holds.
     """
     sms, max_threads = limits.sms, min(limits.max_threads, 512)
     vpt = min(4 * width, 16) if width > 1 else 8  # 16 keeps float16 in registers
     if n <= 4 * WARP * vpt:
         return Plan(True, min(128, max_threads), vpt)
     if rows >= sms:
-        warps = max(2, min(8, _pow2_at_least(-(-16 * sms // rows))))
+        warps = max(2, min(8, _pow2_at_least(-(-12 * sms // rows))))
         return Plan(False, min(WARP * warps, max_threads), vpt)
-    threads = min(256, max_threads)
+    threads = min(512 if 4 * rows < sms else 256, max_threads)
     splits = min(max_splits(dtype, k), -(-16 * sms * WARP // (rows * threads)), -(-n // (threads * width)))
     return Plan(False, threads, vpt, max(splits, 1))
 
