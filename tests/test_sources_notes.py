@@ -1,10 +1,10 @@
 """What the docs say about the sources, and about the GPU's rounding, computed and asserted.
 
 ``docs/sources.md`` and the FMA note of ``docs/algorithms/reduction.md`` show tables that
-``docs/_ext/notes.py`` computes while the docs build; this module checks the claims the
-text makes of them.  It also checks seed 004's shared-memory tree against this package's
-warp-butterfly tree (``reference/trees.py``) and, where NVVM is installed, the PTX the
-combiner compiles to.  Host-only NumPy, except the ring merge (the device merge kernel,
+``docs/_ext/notes.py`` and ``notes_merge.py`` compute while the docs build; this module
+checks the claims the text makes of them.  It also checks seed 004's shared-memory tree
+against this package's warp-butterfly tree (``reference/trees.py``) and, where NVVM is
+installed, the PTX the combiner compiles to.  Host-only NumPy, except the ring merge (the device merge kernel,
 on the simulator) and the PTX check (a subprocess that compiles without a GPU).
 """
 
@@ -24,6 +24,7 @@ from numba_softmax.reference import trees
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 import notes  # noqa: E402
+import notes_merge  # noqa: E402
 
 F32 = np.float32
 
@@ -76,8 +77,8 @@ def test_seed001_online_reads_twice():
 
 # --- seed 002 -------------------------------------------------------------------------
 def test_seed002_lse_forms():
-    for a, b in notes.LSE_PAIRS:
-        typo, code, log1p, comb, exact = notes.lse_forms(a, b)
+    for a, b in notes_merge.LSE_PAIRS:
+        typo, code, log1p, comb, exact = notes_merge.lse_forms(a, b)
         if math.isinf(exact):  # both sides empty: only the combiner keeps −inf
             assert comb == exact and math.isnan(code) and math.isnan(log1p)
             continue
@@ -89,15 +90,17 @@ def test_seed002_lse_forms():
             assert code == np.inf and log1p == np.inf
         else:
             assert abs(code - exact) <= tol and abs(log1p - exact) <= tol
-    typo, _, _, _, exact = notes.lse_forms(0.5, 1.0)
-    assert abs(typo - exact) > 0.5  # the printed form is plainly wrong
-    _, code, log1p, comb, exact = notes.lse_forms(0.0, -20.0)
+    for a, b in notes_merge.LSE_PAIRS:  # the printed form: wrong wherever lse₁ matters
+        typo, *_, exact = notes_merge.lse_forms(a, b)
+        if np.isfinite(a) and b >= a:
+            assert abs(typo - exact) > 0.5, (a, b, typo, exact)
+    _, code, log1p, comb, exact = notes_merge.lse_forms(0.0, -20.0)
     assert code == 0 and comb == 0 and ulps(log1p, exact) <= 1  # only log1p keeps 2e-9 at 0
 
 
 def test_seed002_ring_update_beside_merge_attention():
-    (so, sl), (mo, ml) = notes.ring_data()
-    pairs = notes.RING_PAIRS
+    (so, sl), (mo, ml) = notes_merge.ring_data()
+    pairs = notes_merge.RING_PAIRS
     i = pairs.index((0.0, 100.0))
     assert sl[i] == np.inf and (so[i] == 0).all()  # seed 002: O = 0, LSE = +inf
     assert ml[i] == 100 and abs(mo[i, 1] - 1) < 1e-6 and mo[i, 0] < 1e-30
@@ -113,15 +116,15 @@ def test_seed002_ring_update_beside_merge_attention():
 
 # --- seed 004, and the GPU's rounding -------------------------------------------------
 def test_seed004_recurrence_without_identity_guard_gives_nan():
-    m, s = notes.seed004_literal([-np.inf, -np.inf, 0.5, 1.0])
+    m, s = notes_merge.seed004_literal([-np.inf, -np.inf, 0.5, 1.0])
     assert m == 1.0 and np.isnan(s)
     m, l = R.online_state(np.array([-np.inf, -np.inf, 0.5, 1.0]), block=1)
     assert m == 1.0 and math.isclose(l, 1 + math.exp(-0.5))
 
 
 def test_seed004_halving_drops_slots_unless_power_of_two():
-    assert notes.seed004_reached(512) == set(range(512))
-    reached = notes.seed004_reached(384)
+    assert notes_merge.seed004_reached(512) == set(range(512))
+    reached = notes_merge.seed004_reached(384)
     assert len(reached) == 256 and 2 not in reached
     with pytest.raises(ValueError, match="power-of-two"):
         trees.halving_tree(np.zeros(384), np.ones(384))
@@ -159,7 +162,7 @@ def test_fma32_rounds_once():
 
 
 def test_fma_combine_is_not_symmetric_but_m_always_agrees():
-    (ma, la, mb, lb, ab, ba), frac, spread, m_same = notes.fma_data()
+    (ma, la, mb, lb, ab, ba), frac, spread, m_same = notes_merge.fma_data()
     assert ab != ba and ulps(ab, ba) == 1
     m1, l1 = trees.combine_fma32(ma, la, mb, lb)
     m2, l2 = trees.combine_fma32(mb, lb, ma, la)

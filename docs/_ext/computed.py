@@ -12,7 +12,8 @@ and the build replaces the line with the Markdown that ``NAME`` returns:
 * ``walk.where`` — which of the two that was;
 * ``walk.committed`` — the walks committed from GPU runs (``docs/benchmarks/walk-*.txt``,
   written by ``python docs/_ext/walk.py --out docs/benchmarks`` on a GPU), or a note;
-* ``notes.NAME`` — a table of ``notes.py`` (the sources' own forms, run).
+* ``notes.NAME`` — a table of ``notes.py`` or ``notes_merge.py`` (the sources' own
+  forms, run).
 
 An unknown name or a failing computation fails the build: a page never shows a number
 that was not computed.
@@ -52,6 +53,7 @@ def _committed(app):
 
 def _compute(app, name):
     import notes
+    import notes_merge
     import walk
 
     if name == "walk.softmax":
@@ -62,8 +64,9 @@ def _compute(app, name):
         return walk.header()
     if name == "walk.committed":
         return _committed(app)
-    if name.startswith("notes.") and callable(getattr(notes, name[6:] + "_md", None)):
-        return getattr(notes, name[6:] + "_md")()
+    for module in (notes, notes_merge):
+        if name.startswith("notes.") and callable(getattr(module, name[6:] + "_md", None)):
+            return getattr(module, name[6:] + "_md")()
     raise ExtensionError(f"% computed: unknown name {name!r}")
 
 
