@@ -62,20 +62,19 @@ def flash_loop(tr=4, tc=6, i=1, j=2):
 
 
 def tile_kinds(sq, sk, br, bc):
-    """For each (query tile, key tile): "full", "masked" or "skipped", by the causal rule
-    of ``kernels/attention.py`` (query i sees key j iff j <= i + Sk − Sq)."""
-    shift = sk - sq
+    """For each (query tile, key tile): "full", "masked" or "skipped", from the reference's
+    causal mask (query i sees key j iff j <= i + Sk − Sq).  The kernel's rule is the same:
+    it visits a key tile iff the tile's last row sees a key in it, and masks it unless its
+    first row sees all of them."""
+    from numba_softmax.reference import visible
+
+    seen = visible(sq, sk, causal=True)
     kinds = []
     for i0 in range(0, sq, br):
-        kv_hi = max(0, min(sk, i0 + br + shift))
         row = []
         for j0 in range(0, sk, bc):
-            if j0 >= kv_hi:
-                row.append("skipped")
-            elif j0 + bc > kv_hi or j0 + bc - 1 > i0 + shift:
-                row.append("masked")
-            else:
-                row.append("full")
+            tile = seen[i0 : i0 + br, j0 : j0 + bc]
+            row.append("full" if tile.all() else "masked" if tile.any() else "skipped")
         kinds.append(row)
     return kinds
 

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent.parent))  # numba_softmax
 
 import fig_streams  # noqa: E402
 import fig_tiles  # noqa: E402
