@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
+from _helpers import SIMULATOR
 from numba_softmax import bench
 from numba_softmax import reference as R
 from numba_softmax.bench import attention as battn
@@ -230,6 +231,7 @@ def test_sim_smoke_end_to_end(tmp_path, capsys):
     assert "topk: skipped" in out or ("topk", "softmax_topk", "kernel") in by
 
 
+@pytest.mark.skipif(not SIMULATOR, reason="the simulator's message")
 def test_quick_on_the_simulator_says_it_runs_the_smoke_form(tmp_path, capsys):
     assert bench.main(["--quick", "--only", "topk", "--out", str(tmp_path)]) in (0, 1)
     first = capsys.readouterr().out.splitlines()[0]
@@ -263,6 +265,7 @@ def _fake_attention(q, k, v, *, causal=False, scale=None, return_lse=False, num_
     return out
 
 
+@pytest.mark.skipif(not SIMULATOR, reason="the stand-in takes Numba arrays (no torch there)")
 def test_attention_sections_with_a_stand_in_module(tmp_path, monkeypatch):
     """The attention and decode code paths of the harness, independent of the kernels
     (the stand-in has GQA, so decode takes the grouped-heads path)."""

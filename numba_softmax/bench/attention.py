@@ -158,18 +158,22 @@ def _decode_row(dtype, batch, ctx, hq, hkv, d):
 
 
 def gqa_works(b, attention):
-    """Whether this checkout's split-KV kernel reads grouped K/V heads correctly (probed
-    once on a tiny NumPy problem against the float64 reference)."""
+    """Whether this checkout's split-KV kernel reads grouped K/V heads correctly, probed
+    once on a tiny problem against the float64 reference.  K and V are the first head of
+    two-head device arrays, so a kernel without GQA reads the second head — wrong values,
+    caught here — rather than memory past an allocation."""
     if "gqa" not in b.memo:
         from .. import reference
 
         rng = np.random.default_rng(0)
         q = rng.standard_normal((1, 2, 1, 16)).astype(np.float32)
-        k, v = (rng.standard_normal((1, 1, 64, 16)).astype(np.float32) for _ in range(2))
+        k2, v2 = (rng.standard_normal((1, 2, 64, 16)).astype(np.float32) for _ in range(2))
+        want = reference.attention(q, k2[:, :1], v2[:, :1])
         try:
-            got = attention(q, k, v, num_splits=2)
-            b.memo["gqa"] = bool(np.abs(got - reference.attention(q, k, v)).max() < 1e-4)
-        except Exception:  # noqa: BLE001 - refused or crashed: no GQA here
+            k, v = (cuda.to_device(a)[:, :1] for a in (k2, v2))
+            got = attention(cuda.to_device(q), k, v, num_splits=2).copy_to_host()
+            b.memo["gqa"] = bool(np.abs(got - want).max() < 1e-4)
+        except Exception:  # noqa: BLE001 - refused or failed: no GQA here
             b.memo["gqa"] = False
     return b.memo["gqa"]
 

@@ -30,14 +30,16 @@ def flexible(fn, args, **options):
 
 
 def run_softmax(b):
-    found = {}
+    found, missing = {}, []
     for name in TORCH_BACKWARD:
         try:
             found[name] = feature(f"numba_softmax:{name}")
         except Skip as e:
-            b.skip(f"backward {name}", str(e))
+            missing.append(str(e))
     if not found:
-        raise Skip("numba_softmax.softmax_backward not available yet")
+        raise Skip("; ".join(missing))
+    for why in missing:
+        b.skip("backward", why)
     dtypes = b.dtypes(b.cfg.pick(("float32",), ("float32", "bfloat16"),
                                  ("float32", "float16", "bfloat16")))
     for name, fn in found.items():

@@ -1,7 +1,8 @@
 """The ceilings every other figure is held to, measured first, by the same timer.
 
 * **copy** — a large device-to-device copy (the driver's ``cuMemcpyDtoD`` through Numba,
-  and ``torch``'s ``copy_`` when present; the faster counts), bytes read + written: the
+  ``torch``'s ``copy_`` and CuPy's ``copyto`` when present; the fastest counts), bytes
+  read + written: the
   practical ceiling of a streaming kernel that reads its input once and writes its output
   once (softmax: "% copy").
 * **read** — a read-only stream (a Numba grid-stride sum, ``torch.sum`` and CuPy's
@@ -55,7 +56,8 @@ def run(b):
         copies["torch copy_"] = ("torch", lambda i: _on(b, "torch", lambda: td[i].copy_(ts[i])))
         reads["read (torch.sum)"] = ("torch", lambda i: _on(b, "torch", lambda: ts[i].sum()))
     if b.cupy is not None:
-        cs = [b.view(a, "cupy") for a in src]
+        cs, cd = [b.view(a, "cupy") for a in src], [b.view(a, "cupy") for a in dst]
+        copies["cupy copy"] = ("cupy", lambda i: _on(b, "cupy", lambda: b.cupy.copyto(cd[i], cs[i])))
         reads["read (cupy sum)"] = ("cupy", lambda i: _on(b, "cupy", lambda: cs[i].sum()))
 
     best_copy = best_read = 0.0

@@ -130,8 +130,10 @@ def copy_label(copy_gbps):
     return f"copy {copy_gbps:.4g} GB/s"
 
 
-def _panels(path, meta, rows, x, y, group, panel, title, xlabel, ylabel, hline=None):
-    """One panel per ``panel(r)`` value, one line per ``group(r)``, log2 x axis."""
+def _panels(path, meta, rows, x, y, group, panel, title, xlabel, ylabel, hline=None,
+            tick=None):
+    """One panel per ``panel(r)`` value, one line per ``group(r)``, log2 x axis (ticks
+    labelled ``tick(r)`` where given)."""
     plt = _pyplot()
     names = list(dict.fromkeys(panel(r) for r in rows))
     if plt is None or not names:
@@ -145,6 +147,10 @@ def _panels(path, meta, rows, x, y, group, panel, title, xlabel, ylabel, hline=N
         if hline:
             ax.axhline(hline[0], color="black", linestyle="--", label=hline[1])
         ax.set_xscale("log", base=2)
+        if tick:
+            ticks = dict(sorted((x(r), tick(r)) for r in mine))
+            ax.set_xticks(list(ticks), list(ticks.values()), fontsize=7)
+            ax.minorticks_off()
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.set_title(f"{title} {name}")
@@ -167,9 +173,9 @@ def plot_all(out_dir, results, meta, copy_gbps):
     soft = [r for r in kernel if r.suite == "softmax"]
     if _panels(os.path.join(out_dir, "softmax_gbps.png"), meta, soft, lambda r: r.N,
                lambda r: r.gbps, lambda r: r.impl, lambda r: r.dtype, "softmax",
-               "N (row length; M·N fixed per dtype sweep)",
-               "GB/s (2·M·N·itemsize / median kernel time)",
-               (copy_gbps, copy_label(copy_gbps)) if copy_gbps else None):
+               "N (row length), M rows", "GB/s (2·M·N·itemsize / median kernel time)",
+               (copy_gbps, copy_label(copy_gbps)) if copy_gbps else None,
+               tick=lambda r: f"{r.N}\nM={r.M}"):
         written.append("softmax_gbps.png")
     attn = [r for r in kernel if r.suite == "attention"]
     if _panels(os.path.join(out_dir, "attention_tflops.png"), meta, attn, lambda r: r.Sq,
