@@ -26,13 +26,13 @@ SECTIONS = (
 BOUNDS = ("bounds", "bounds:run")
 STOPPED = 3  # exit status when a figure was impossible
 SIM_NOTE = ("The CUDA simulator is on (no GPU): running the simulator smoke form "
-            "(--sim-smoke: tiny shapes, 2 repeats, about 20 seconds); its times mean nothing.")
+            "(--sim-smoke: tiny shapes, one repeat, about 15 seconds); its times mean nothing.")
 
 
 def make_config(args):
     """The sizes and repeat counts for the command-line flags."""
     if args.sim_smoke:
-        return Config(mode="smoke", min_reps=2, max_reps=2, warmup=0, cap_s=120.0,
+        return Config(mode="smoke", min_reps=1, max_reps=1, warmup=0, cap_s=120.0,
                       overhead_calls=1, overhead_loops=1)
     if args.quick:
         cfg = Config(mode="quick", max_reps=50, target_s=0.1, overhead_calls=200)
@@ -81,7 +81,7 @@ def parse_args(argv=None):
                    help="fewer repeats (flagged in 'note') where --reps repeats would take "
                         "longer than this (default 10)")
     p.add_argument("--sim-smoke", action="store_true",
-                   help="tiny shapes, 2 repeats: exercises every code path, e.g. on the CUDA "
+                   help="tiny shapes, one repeat: exercises every code path, e.g. on the CUDA "
                         "simulator (chosen automatically there)")
     return p.parse_args(argv)
 

@@ -172,6 +172,8 @@ class Bench:
             fn()
         except (Skip, ValueError) as e:
             self.skip(label, str(e).split(";")[0])
+        except WrongResult as e:
+            self.fail(label, str(e))
         except Exception as e:  # noqa: BLE001 - one broken case must not lose the others
             if "out of memory" in str(e).lower():
                 self.skip(label, "out of memory")

@@ -109,8 +109,7 @@ def _timed(b, label, fn, k, check, ys, host=False, **fields):
     """Time one implementation (a method that does not apply is skipped, not fatal)."""
     try:
         if check is not None:
-            fn(0)
-            check(ys[0], fields["impl"])
+            check(fn, ys[0], fields["impl"])
         timing = b.timer.host(fn, k) if host else b.timer.device(fn, k)
     except (Skip, ValueError) as e:
         b.skip(f"softmax {label}", str(e).split(";")[0])
@@ -151,15 +150,20 @@ def _cupy_peer(b, xs, k, row):
 
 
 def _checker(b, x, dtype):
-    """check(y, impl): y ≈ softmax(x) (torch, in float32), else :class:`WrongResult`;
-    None without torch (the simulator run checks nothing: the tests do)."""
+    """check(run, y, impl): poison y with NaN, run(0), then y ≈ softmax(x) (torch, in
+    float32) or :class:`WrongResult`.  None without torch (the simulator run checks
+    nothing: the test suite does)."""
     if b.torch is None:
         return None
     ref = b.torch.softmax(b.view(x, "torch").float(), dim=-1)
 
-    def check(y, impl):
+    def check(run, y, impl):
+        y_t = b.view(y, "torch")
+        y_t.fill_(float("nan"))  # a value the implementation forgot to write cannot pass
         b.timer.sync()
-        err = float((b.view(y, "torch").float() - ref).abs().max())
+        run(0)
+        b.timer.sync()
+        err = float((y_t.float() - ref).abs().max())
         if not err <= TOLERANCE[dtype]:
             raise WrongResult(f"{impl}: wrong result, max |p − p_ref| = {err:.3g} "
                                f"(tolerance {TOLERANCE[dtype]:g}); not timed")

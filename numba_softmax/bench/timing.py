@@ -170,7 +170,7 @@ class Timer:
                 call(0)
                 self.sync()
             times.append((time.perf_counter() - t0) * 1e3 / calls)
-        return summary(times, loops * calls, f"median of {loops} loops of {calls} calls")
+        return summary(times, loops * calls)
 
     # -- device clock ---------------------------------------------------------------------
     def device(self, enqueue, n_sets=1, reps=None, inner=1):
