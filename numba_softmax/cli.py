@@ -11,6 +11,7 @@ reader of the output goes away (``numba-softmax tour | head``).
 import argparse
 import os
 import sys
+
 import numpy as np
 
 
@@ -50,8 +51,8 @@ def tour(echo=print, seed=0):
     rng = np.random.default_rng(seed)
     echo(f"numba-softmax tour — running on {_where()}\n")
     if sim:
-        echo("(On the simulator every time below measures Python threads, not a GPU: the "
-             "times mean nothing.)\n")
+        echo("(The simulator runs each GPU thread as a Python thread: its times mean nothing, "
+             "so no device time is shown.)\n")
 
     # 1. one row, streamed in chunks: the running state as the online pass sees it
     n, chunk = 16, 4

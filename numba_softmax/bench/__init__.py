@@ -76,4 +76,6 @@ goal         pass | miss: issue 12's goal (≤ 1.5× base)
 note         auto's choice, "host-bound", fewer repeats, SDPA without GQA …
 """
 
-from .cli import SECTIONS, main, parse_args  # noqa: F401
+from .cli import SECTIONS, main, parse_args
+
+__all__ = ["SECTIONS", "main", "parse_args"]
