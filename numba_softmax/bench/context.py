@@ -175,7 +175,7 @@ class Bench:
         except WrongResult as e:
             self.fail(label, str(e))
         except Exception as e:  # noqa: BLE001 - one broken case must not lose the others
-            if "out of memory" in str(e).lower():
+            if any(w in str(e).lower() for w in ("out of memory", "out_of_memory")):
                 self.skip(label, "out of memory")
             else:
                 traceback.print_exc()

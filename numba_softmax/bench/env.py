@@ -109,7 +109,8 @@ def environment(sim):
 
 def peaks(sim):
     """``{"dram_gbps": float or None, "tflops": {dtype: float}}``: the device's
-    theoretical ceilings (None / empty where unknown, e.g. on the simulator)."""
+    theoretical ceilings (None / empty where unknown: the simulator, or a driver that no
+    longer reports the clocks — then those figures go unchecked against a peak)."""
     if sim:
         return {"dram_gbps": None, "tflops": {}}
     dev = _device()
@@ -117,10 +118,12 @@ def peaks(sim):
         dram = dev.MEMORY_CLOCK_RATE * 1e3 * dev.GLOBAL_MEMORY_BUS_WIDTH * 2 / 8 / 1e9
     except Exception:  # noqa: BLE001 - attribute missing: no DRAM ceiling
         dram = None
-    major = dev.compute_capability[0]
-    per_clock = TENSOR_FLOPS_PER_SM_CLOCK.get(major, DEFAULT_TENSOR_FLOPS)
-    clock_hz = dev.CLOCK_RATE * 1e3  # the maximum (boost) clock, kHz
-    tensor = dev.MULTIPROCESSOR_COUNT * clock_hz * per_clock / 1e12
-    fp32 = dev.MULTIPROCESSOR_COUNT * clock_hz * max(per_clock // 2, 256) / 1e12
-    return {"dram_gbps": dram,
+    try:
+        per_clock = TENSOR_FLOPS_PER_SM_CLOCK.get(dev.compute_capability[0],
+                                                  DEFAULT_TENSOR_FLOPS)
+        per_second = dev.MULTIPROCESSOR_COUNT * dev.CLOCK_RATE * 1e3 / 1e12  # max clock, kHz
+    except Exception:  # noqa: BLE001 - no clock: no FLOP ceiling
+        return {"dram_gbps": dram or None, "tflops": {}}
+    tensor, fp32 = per_second * per_clock, per_second * max(per_clock // 2, 256)
+    return {"dram_gbps": dram or None,
             "tflops": {"float16": tensor, "bfloat16": tensor, "float32": fp32}}
