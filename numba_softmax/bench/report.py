@@ -31,6 +31,7 @@ _COLUMNS = {  # key: (header, row → value, format)
     "us": ("µs/call", lambda r: r.median_ms * 1e3, ".1f"),
     "gbps": ("GB/s", lambda r: r.gbps, ".4g"),
     "copy": ("% copy", lambda r: r.pct_copy, ".3g"),
+    "passes": ("passes", lambda r: r.model_bytes and 2 * r.model_bytes / r.bytes, ".2g"),
     "own": ("% own", lambda r: r.pct_model, ".3g"),
     "bound": ("bound", lambda r: r.bound, ""),
     "pct": ("% bound", lambda r: r.pct_bound, ".3g"),
@@ -48,7 +49,7 @@ _COLUMNS = {  # key: (header, row → value, format)
 }
 SUITE_COLUMNS = {
     "bounds": "impl array shape reps ms gbps bound note",
-    "softmax": "impl level array dtype shape reps ms gbps copy own torch note",
+    "softmax": "impl level array dtype shape reps ms gbps copy passes own torch note",
     "attention": "impl level array dtype shape reps ms tflops peak sdpa note",
     "decode": "impl array dtype shape reps ms gbps read sdpa note",
     "backward": "impl array dtype shape reps ms gbps copy tflops bound pct torch note",
