@@ -76,14 +76,14 @@ def softmax_case(b, name, fn, m, n, dtype):
 
 def run_attention(b):
     fn = feature("numba_softmax:attention_backward")
-    from .. import attention as api
+    forward = feature("numba_softmax:attention")
 
     cases = forward_cases(b)
     if b.cfg.quick:  # non-causal, S = 4096: fp16 both D, fp32 D = 64
         cases = [c for c in cases if not c[3] and (c[0] == "float16" or c[1] == 64)]
     for dtype, d, s, causal, batch, heads in cases:
         b.case(f"attention_backward {dtype} D{d} S{s} causal={causal}",
-               lambda: attention_case(b, fn, api.attention, dtype, d, s, causal, batch, heads))
+               lambda: attention_case(b, fn, forward, dtype, d, s, causal, batch, heads))
 
 
 def attention_case(b, fn, forward, dtype, d, s, causal, batch, heads):
