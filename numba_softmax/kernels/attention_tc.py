@@ -291,6 +291,13 @@ def _sequences(q, cu_q, cu_k, max_seqlen_q):
     return cu_q, cu_k, cu_q.shape[0] - 1, int(max_seqlen_q)
 
 
+def check_head_dims(d, dv):
+    """ValueError unless 1 <= D, Dv <= :data:`MAX_HEAD_DIM`."""
+    if not (1 <= d <= MAX_HEAD_DIM and 1 <= dv <= MAX_HEAD_DIM):
+        raise ValueError(f"head dimensions must be between 1 and {MAX_HEAD_DIM}, got D={d} "
+                         f"(q, k) and Dv={dv} (v)")
+
+
 def launch(q, k, v, o, lse, *, causal=False, window=(-1, -1), scale=None, kv_chunk=None,
            cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, stream=0, small=False,
            **tile_options):
@@ -317,8 +324,7 @@ def launch(q, k, v, o, lse, *, causal=False, window=(-1, -1), scale=None, kv_chu
         raise TypeError(f"q, k, v need one dtype, o that dtype or float32, lse float32; got "
                         f"{q.dtype}, {k.dtype}, {v.dtype}, {o.dtype}, {lse.dtype}")
     for_dtype(q.dtype)  # TypeError unless float16 or bfloat16 bits
-    if not (1 <= d <= MAX_HEAD_DIM and 1 <= dv <= MAX_HEAD_DIM):
-        raise ValueError(f"head dimensions must be 1 … {MAX_HEAD_DIM}, got D={d}, Dv={dv}")
+    check_head_dims(d, dv)
     cu_q, cu_k, n_seq, rows = _sequences(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     if not (math.isfinite(scale) and scale != 0.0):
