@@ -33,9 +33,17 @@ _ACCUMULATE = {np.dtype(np.float16): numba.float32, np.dtype(np.float32): numba.
                np.dtype(np.float64): numba.float64}
 
 
-def kernel(fn):
-    """``cuda.jit`` with the project's compile options: every kernel is built by this."""
-    return cuda.jit(fastmath=FASTMATH)(fn)
+def kernel(fn=None, *, launch_bounds=None):
+    """``cuda.jit`` with the project's compile options: every kernel is built by this.
+
+    ``launch_bounds=(threads, blocks)`` (as ``@jit.kernel(launch_bounds=(512, 2))``) is
+    CUDA's ``__launch_bounds__``: ptxas keeps the kernel to the registers that let
+    ``blocks`` blocks of ``threads`` share a multiprocessor (the simulator ignores it)."""
+    if fn is None:
+        return lambda f: kernel(f, launch_bounds=launch_bounds)
+    if launch_bounds is None or simulator_enabled():
+        return cuda.jit(fastmath=FASTMATH)(fn)
+    return cuda.jit(fastmath=FASTMATH, launch_bounds=launch_bounds)(fn)
 
 
 def device(fn):
