@@ -37,11 +37,11 @@ from numba import cuda
 
 from .. import _sim
 from ..combine import combine_device
-from . import chunk, jit, launcher, onchip, split, vector
+from . import jit, launcher, onchip, split, vector
 from .epilogue import LOGSUMEXP, row_constant
 from .online import VECTORS, normalise_range, stream_state
 from .reduce import team_combine
-from .sync import group_barrier
+from .sync import group_barrier, load_relaxed2
 
 THREADS = 512  # threads per block
 BLOCKS_PER_SM = 2  # ptxas keeps the kernel to 64 registers a thread for this
@@ -94,7 +94,7 @@ def kernel(dtype, vpt, mode, width, threads, spills=True):
             m, l = acc(-math.inf), acc(0.0)
             k = t
             while k < size:
-                m, l = combine_device(m, l, m_ws[slot, k], l_ws[slot, k])
+                m, l = combine_device(m, l, load_relaxed2(m_ws, slot, k), load_relaxed2(l_ws, slot, k))
                 k += T
             m, l = team_combine(m, l, m_slots, l_slots, T)
             c = row_constant(m, l, acc(1.0), mode)

@@ -24,6 +24,11 @@ call this are cooperative launches (they call ``cuda.cg.this_grid()``), which th
 refuses — with an error, not a hang — unless every block of the grid fits on the device
 at once (:func:`.launcher.max_cooperative_blocks` says how many do).
 
+The states a group exchanges are read back with the same relaxed load
+(:func:`load_relaxed2`), from L2: the fence of step 4 already makes plain loads safe (CUDA's
+grid sync relies on it), but a line of last row's states left in a block's L1 is then
+not even a question.
+
 Under the simulator the relaxed load is a plain read and the blocks of a cooperative
 kernel run concurrently (:mod:`numba_softmax._sim`).
 """
@@ -35,8 +40,11 @@ from . import jit
 
 if simulator_enabled():
 
-    def load_relaxed(counters, g):
-        return counters[g]
+    def load_relaxed(ary, i):
+        return ary[i]
+
+    def load_relaxed2(ary, i, j):
+        return ary[i, j]
 
 else:
     from llvmlite import ir
@@ -44,21 +52,35 @@ else:
     from numba.cuda import cgutils
     from numba.cuda.extending import intrinsic
 
+    _PTX = {types.int64: ("b64", "l"), types.float64: ("f64", "d"), types.float32: ("f32", "f")}
+
+    def _relaxed(context, builder, sig, args):
+        at = sig.args[0]
+        ary = context.make_array(at)(context, builder, value=args[0])
+        index = [context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], sig.args[1:])]
+        ptr = cgutils.get_item_pointer(context, builder, at, ary, index, wraparound=False)
+        suffix, constraint = _PTX[at.dtype]
+        i64 = ir.IntType(64)
+        value = context.get_value_type(at.dtype)
+        asm = ir.InlineAsm(ir.FunctionType(value, [i64]), f"ld.relaxed.gpu.{suffix} $0, [$1];",
+                           f"={constraint},l", side_effect=True)
+        return builder.call(asm, [builder.ptrtoint(ptr, i64)])
+
+    def _typed(ary):
+        if ary.dtype not in _PTX:
+            raise TypeError(f"load_relaxed: int64, float32 or float64 arrays; got {ary.dtype}")
+
     @intrinsic
-    def load_relaxed(typingctx, counters, g):
-        """counters[g] (int64), read with ``ld.relaxed.gpu``: from L2, every time."""
+    def load_relaxed(typingctx, ary, i):
+        """ary[i] of a 1-D array, read with ``ld.relaxed.gpu``: from L2, every time."""
+        _typed(ary)
+        return ary.dtype(ary, i), _relaxed
 
-        def codegen(context, builder, sig, args):
-            at, gt = sig.args
-            ary = context.make_array(at)(context, builder, value=args[0])
-            index = context.cast(builder, args[1], gt, types.intp)
-            ptr = cgutils.get_item_pointer(context, builder, at, ary, [index], wraparound=False)
-            i64 = ir.IntType(64)
-            asm = ir.InlineAsm(ir.FunctionType(i64, [i64]), "ld.relaxed.gpu.b64 $0, [$1];",
-                               "=l,l", side_effect=True)
-            return builder.call(asm, [builder.ptrtoint(ptr, i64)])
-
-        return types.int64(counters, g), codegen
+    @intrinsic
+    def load_relaxed2(typingctx, ary, i, j):
+        """ary[i, j] of a 2-D array, read with ``ld.relaxed.gpu``."""
+        _typed(ary)
+        return ary.dtype(ary, i, j), _relaxed
 
 
 @jit.device
