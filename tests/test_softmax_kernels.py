@@ -348,6 +348,21 @@ def test_bad_arguments_are_refused():
         methods.launch("online", 0, cuda.device_array((2, 3), np.int32), x)
 
 
+@pytest.mark.skipif(SIMULATOR, reason="the GPU's own launch limits (the matrix above runs here)")
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("method", list(methods.KERNELS))
+def test_default_launch_on_the_gpu(method, dtype, layout):
+    """Every method × dtype × layout with the launch it chooses itself — the block sizes
+    the compiled kernel allows (a float64 kernel launched with 1024 threads failed with
+    CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, issue 11) — for every mode."""
+    values = np.random.default_rng().standard_normal((37, 2 * 1128)) * 3
+    x, exact = stored(values, dtype)
+    view = (lambda a: a[::-1, ::2]) if layout == "strided" else (lambda a: a[:, :1128])
+    for mode in REFS:
+        check(run(method, mode, x, dtype, view=view), view(exact), mode, dtype)
+
+
 @pytest.mark.skipif(SIMULATOR, reason="GPU sizes: the whole chip")
 @pytest.mark.parametrize("n", [16384, 65536, 1 << 20])
 def test_long_rows_on_the_gpu(n):

@@ -29,7 +29,6 @@ NumPy twin: :func:`numba_softmax.reference.merge_chunks` (chunks = pieces).
 """
 
 import functools
-import math
 from typing import NamedTuple
 
 import numpy as np
@@ -41,7 +40,7 @@ from . import jit, launcher, onchip, split, vector
 from .epilogue import LOGSUMEXP, row_constant
 from .online import VECTORS, normalise_range, stream_state
 from .reduce import team_combine
-from .sync import group_barrier, load_relaxed2
+from .sync import group_barrier
 
 THREADS = 512  # threads per block
 BLOCKS_PER_SM = 2  # ptxas keeps the kernel to 64 registers a thread for this
@@ -54,6 +53,7 @@ def kernel(dtype, vpt, mode, width, threads, spills=True):
     write = normalise_range(dtype, vpt, width, mode)
     keep = onchip.keeper(dtype, vpt, width)
     write_held = onchip.writer(dtype, vpt, width, mode)
+    fold_posted = split.posted_folder(dtype)
     store = jit.storer(dtype)
     raw = vector.storage_type(dtype)
 
@@ -91,12 +91,7 @@ def kernel(dtype, vpt, mode, width, threads, spills=True):
                 l_ws[slot, b] = l
             group_barrier(counters, g, size)
             # 3. combine: the row's (m, ℓ) from the group's posted states
-            m, l = acc(-math.inf), acc(0.0)
-            k = t
-            while k < size:
-                m, l = combine_device(m, l, load_relaxed2(m_ws, slot, k), load_relaxed2(l_ws, slot, k))
-                k += T
-            m, l = team_combine(m, l, m_slots, l_slots, T)
+            m, l = fold_posted(m_ws, l_ws, slot, size, t, T, m_slots, l_slots)
             c = row_constant(m, l, acc(1.0), mode)
             if mode == LOGSUMEXP:
                 if b == 0 and t == 0:

@@ -29,6 +29,28 @@ from . import chunk, jit, launcher, vector
 from .epilogue import LOGSUMEXP, row_constant
 from .online import VECTORS, normalise_range, stream_state
 from .reduce import team_combine
+from .sync import load_relaxed2
+
+
+@functools.cache
+def posted_folder(dtype):
+    """Device function ``fold_posted(m_ws, l_ws, i, count, t, team, m_slots, l_slots)``:
+    the (m, ℓ) of the ``count`` states posted in row i of the workspace — each thread
+    folds a few, then the block's tree (any order gives the same state); every thread
+    returns it.  The states are read from L2 (:func:`.sync.load_relaxed2`): the group
+    kernel reads them in the same launch that wrote them."""
+    acc = jit.accumulator(dtype)
+
+    @jit.device
+    def fold_posted(m_ws, l_ws, i, count, t, team, m_slots, l_slots):
+        m, l = acc(-math.inf), acc(0.0)
+        k = t
+        while k < count:
+            m, l = combine_device(m, l, load_relaxed2(m_ws, i, k), load_relaxed2(l_ws, i, k))
+            k += team
+        return team_combine(m, l, m_slots, l_slots, team)
+
+    return fold_posted
 
 
 @functools.cache
@@ -36,6 +58,7 @@ def kernels(dtype, vpt, mode, width):
     acc = jit.accumulator(dtype)
     fold = stream_state(dtype, vpt, width)
     write = normalise_range(dtype, vpt, width, mode)
+    fold_posted = posted_folder(dtype)
     store = jit.storer(dtype)
 
     @jit.kernel
@@ -56,12 +79,7 @@ def kernels(dtype, vpt, mode, width):
         s = cuda.gridDim.y - 1 - cuda.blockIdx.y  # the piece read last, first
         m_slots = cuda.shared.array(64, acc)
         l_slots = cuda.shared.array(64, acc)
-        m, l = acc(-math.inf), acc(0.0)
-        k = t
-        while k < m_ws.shape[1]:  # the block folds the row's S states
-            m, l = combine_device(m, l, m_ws[row, k], l_ws[row, k])
-            k += T
-        m, l = team_combine(m, l, m_slots, l_slots, T)
+        m, l = fold_posted(m_ws, l_ws, row, m_ws.shape[1], t, T, m_slots, l_slots)  # S states
         c = row_constant(m, l, acc(1.0), mode)
         if mode == LOGSUMEXP:
             if s == 0 and t == 0:
