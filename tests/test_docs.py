@@ -32,4 +32,4 @@ def test_docs_build_without_warnings(tmp_path):
                  "testing", "caveats", "measurements"]:
         assert (html / f"{page}.html").is_file(), page
     # the kernel source is included live, not pasted: its text is in the page
-    assert "block_combine" in (html / "algorithms" / "fused.html").read_text(encoding="utf-8")
+    assert "team_combine" in (html / "algorithms" / "fused.html").read_text(encoding="utf-8")

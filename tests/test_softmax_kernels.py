@@ -375,10 +375,13 @@ def test_long_rows_on_the_gpu(n):
 
 
 def test_traffic_models():
-    lim = launcher.Limits("x", sms=2, max_threads=1024, shared_optin=1000, shared_per_sm=4096,
-                          l2_bytes=0)
+    h100 = launcher.Limits("an H100", sms=132, max_threads=1024, shared_optin=232448,
+                           shared_per_sm=233472, l2_bytes=50 << 20)
     assert methods.traffic("fused", 3, 10, 4) == 240
     assert methods.traffic("three_pass", 3, 10, 4) == 480
-    chip = 2 * (4096 - 3 * onchip.STATIC_SHARED)
-    assert methods.traffic("group", 1, 4096, 4, lim) == 2 * 4096 * 4 + (4096 * 4 - chip)
     assert math.isclose(methods.traffic("online", 1, 1, 2), 6)
+    # 1 × 16M float32: 264 blocks hold 26 624 values each (104 KB); the rest is read twice
+    held = 264 * 26624
+    assert group.held_per_row(1, 1 << 24, 4, h100) == held
+    assert methods.traffic("group", 1, 1 << 24, 4, h100) == (2 * (1 << 24) + (1 << 24) - held) * 4
+    assert methods.traffic("group", 128, 1 << 20, 4, h100) == 2 * 128 * (1 << 20) * 4

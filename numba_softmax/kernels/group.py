@@ -22,7 +22,8 @@ running: the kernel is a cooperative launch (it calls ``cuda.cg.this_grid()``), 
 the driver refuses unless every block fits at once — never a hang.
 
 Memory traffic: read N·b, write N·b while the row fits in the group's shared memory
-(``size`` · 227 KB: the whole chip holds ~30 MB); beyond that read the spilled part
+(``size`` × 104 KB on an H100, two blocks a multiprocessor: the whole chip holds 28 MB);
+beyond that read the spilled part
 twice (``spill``·size·b more, less what the re-read finds in L2), plus 8·size² bytes of
 workspace per row.  The docs chapter draws the exchange.
 NumPy twin: :func:`numba_softmax.reference.merge_chunks` (chunks = pieces).
@@ -184,6 +185,17 @@ def configure(x, y, mode, threads=None, vpt=None, shared=None, blocks=None, stre
     stride = onchip.stride_for(piece, threads, width)
     need = 0 if mode == LOGSUMEXP else threads * stride * itemsize
     return Plan(k, size, groups, threads, piece, spill, stride, need)
+
+
+def held_per_row(rows, n, itemsize, limits):
+    """Values of a row the group holds on chip on ``limits``' device with the default
+    launch (``THREADS`` threads, 16-byte vectors, ``BLOCKS_PER_SM`` blocks on every
+    multiprocessor): the traffic model's arithmetic, no kernel needed."""
+    unit = THREADS * (16 // itemsize)
+    cap = (min(limits.shared_optin, limits.shared_per_sm // BLOCKS_PER_SM) - onchip.STATIC_SHARED)
+    values = (cap // itemsize - 2 * THREADS) // unit * unit
+    size, _, piece, _ = split_row(rows, n, unit, values, BLOCKS_PER_SM * limits.sms)
+    return min(n, size * piece)
 
 
 def _capacity(k, args, threads, itemsize, unit, shared, blocks):

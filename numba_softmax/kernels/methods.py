@@ -118,9 +118,8 @@ def traffic(method, rows, n, itemsize, limits=None):
     :data:`PASSES` trips per value; ``group`` adds the re-read of what does not fit on
     the chip (needs ``limits``).  Caches can beat these (a re-read that hits L1/L2)."""
     if method == "group" and limits is not None:
-        chip = limits.sms * (limits.shared_per_sm - 3 * onchip.STATIC_SHARED)
-        spilled = max(0, n * itemsize - chip)
-        return rows * (2 * n * itemsize + spilled)
+        spilled = n - group.held_per_row(rows, n, itemsize, limits)
+        return rows * (2 * n + spilled) * itemsize
     return PASSES[method] * rows * n * itemsize
 
 
