@@ -258,7 +258,7 @@ def _swapped_cuda_module(fn, fake):
     until the launch ends (the simulator runs one launch at a time)."""
     from numba.cuda.simulator.kernel import _get_kernel_context
 
-    if _get_kernel_context() is not fake:  # a call outside a launch: as before
+    if fake is None or _get_kernel_context() is not fake:  # outside a launch: as before
         with _simulator_swap(fn, fake):
             yield
         return
