@@ -1,21 +1,31 @@
 """What the CUDA simulator lacks, supplied only when it is on (``NUMBA_ENABLE_CUDASIM=1``).
 
-The simulator runs each CUDA thread as a Python thread and has no warp shuffles.  The
-kernels here call ``cuda.shfl_xor_sync`` (the butterfly in :mod:`.kernels.reduce`) and
-``cuda.syncwarp`` (the attention kernel); under the simulator this module teaches the
-fake ``cuda`` module those calls, so the *same* kernel source runs in both places.
-Nothing here is used on a real GPU.
+The simulator runs each CUDA thread as a Python thread, one block after another, and has
+no warp shuffles.  The kernels here call ``cuda.shfl_xor_sync`` (the butterfly in
+:mod:`.kernels.reduce`), ``cuda.syncwarp`` (the attention kernel) and ``cuda.nanosleep``
+(the group barrier), and one kernel (:mod:`.kernels.group`) has blocks that wait for each
+other; under the simulator this module teaches the fake ``cuda`` module those things, so
+the *same* kernel source runs in both places.  Nothing here is used on a real GPU.
 
-A shuffle is warp-synchronous: the 32 lanes of a warp exchange values together.  The
-emulation gives each simulated warp two boards, used in turn, and a barrier: every lane
-posts its value, the warp meets at the barrier, each lane reads its partner's value (the
-next exchange posts on the other board).  Like the hardware's full-mask shuffle, it
-needs every lane of the warp to take part (the kernels here use whole warps).
-:func:`warp_exchange` is the same step for any warp-wide instruction: the tensor-core
-emulation of :mod:`.kernels.mma` is built on it.
+**Shuffles.**  A shuffle is warp-synchronous: the 32 lanes of a warp exchange values
+together.  The emulation gives each simulated warp a barrier and two boards: every lane
+posts its value on the board of this round, the warp meets at the barrier, and each lane
+reads its partner's value.  Rounds alternate between the boards: a lane can post on a
+board again only after the *next* barrier, which the slowest reader of that board
+reaches only once it has read — one barrier per shuffle, not two.  Like the hardware's
+full-mask shuffle, it needs every lane of the warp to take part (the kernels here use
+whole warps).
+
+**Blocks, and cooperative grids**: :mod:`._sim_blocks` — how the simulator runs a
+block (barriers instead of a polling loop), a cooperative kernel's blocks all at once
+(:func:`cooperative` marks one), and device-function calls without a lock each.
 """
 
 import threading
+
+from ._sim_blocks import _Barrier, cooperative
+
+__all__ = ["simulator_enabled", "cooperative", "warp_exchange", "lane_id", "install"]
 
 WARP = 32
 
@@ -30,6 +40,7 @@ def simulator_enabled():
 _lock = threading.Lock()
 
 
+# --- warp shuffles --------------------------------------------------------------------
 class _Warp:
     """Two boards, used in turn, and one barrier: a lane may post to the next board while
     a slower one still reads the last, and cannot get round to this board again before
@@ -37,19 +48,11 @@ class _Warp:
 
     def __init__(self, lanes):
         self.boards = ([None] * lanes, [None] * lanes)
-        self.barrier = threading.Barrier(lanes)
+        self.barrier = _Barrier(lanes)
 
 
 def _warp_of(me):
     """The boards and barrier of the calling thread's warp (made on first use)."""
-    warp = getattr(me, "_sim_warp", None)
-    if warp is None:
-        warp = me._sim_warp = _new_warp_of(me)
-        me._sim_phase = 0
-    return warp
-
-
-def _new_warp_of(me):
     manager = me._manager
     warp = me.thread_id // WARP
     with _lock:
@@ -62,20 +65,21 @@ def _new_warp_of(me):
         return warps[warp]
 
 
-def _post(me, value):
-    """Post ``value`` on the warp's current board, meet the warp, return the board."""
+def _exchange(value):
+    """Post ``value`` on this round's board, meet the warp, return the board."""
+    me = threading.current_thread()
     warp = _warp_of(me)
-    board = warp.boards[me._sim_phase]
-    me._sim_phase ^= 1
+    rnd = me.__dict__.get("_ns_round", 0)
+    me._ns_round = rnd + 1
+    board = warp.boards[rnd % 2]
     board[me.thread_id % WARP] = value
-    warp.barrier.wait()  # every lane has posted
+    warp.barrier.wait()  # every lane has posted this round's value
     return board
 
 
 def _shfl_xor_sync(self, mask, value, lane_mask):
-    me = threading.current_thread()
-    board = _post(me, value)
-    partner = (me.thread_id % WARP) ^ lane_mask
+    board = _exchange(value)
+    partner = (threading.current_thread().thread_id % WARP) ^ lane_mask
     return board[partner] if partner < len(board) else value
 
 
@@ -84,7 +88,7 @@ def warp_exchange(value):
     of all lanes' values (index = lane).  The building block of warp-level emulations
     (e.g. a matrix-multiply-accumulate whose operands are spread over the warp's lanes).
     Like a shuffle, every lane of the warp must take part."""
-    return list(_post(threading.current_thread(), value))
+    return list(_exchange(value))
 
 
 def lane_id():
@@ -98,18 +102,19 @@ def _syncwarp(self, mask=0xFFFFFFFF):
 
 
 def install():
-    """Add the missing warp primitives to the simulator's fake ``cuda`` module (idempotent).
+    """Add the missing primitives to the simulator's fake ``cuda`` module and run its
+    blocks as :mod:`._sim_blocks` does (idempotent).
 
-    Also shortens the interpreter's thread switch interval: the simulator's block
-    manager polls in a busy loop, and with the default 5 ms interval every barrier
-    round waits out one slice per simulated thread (measured: 5x slower).
+    Also shortens the interpreter's thread switch interval, so that a thread spinning
+    in a Python loop (a kernel waiting on a counter) gives way within 0.5 ms.
     """
     import sys
 
     from numba.cuda.simulator.kernelapi import FakeCUDAModule
 
+    from . import _sim_blocks
+
     sys.setswitchinterval(min(sys.getswitchinterval(), 0.0005))
-    if not hasattr(FakeCUDAModule, "shfl_xor_sync"):
-        FakeCUDAModule.shfl_xor_sync = _shfl_xor_sync
-    if not hasattr(FakeCUDAModule, "syncwarp"):
-        FakeCUDAModule.syncwarp = _syncwarp
+    FakeCUDAModule.shfl_xor_sync = _shfl_xor_sync
+    FakeCUDAModule.syncwarp = _syncwarp
+    _sim_blocks.install()

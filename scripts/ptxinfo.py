@@ -7,6 +7,9 @@ Needs numba-cuda's NVVM/NVRTC (pip install "numba-cuda[cu13]") and a ptxas on th
 e.g.
     python scripts/ptxinfo.py numba_softmax.kernels.fused:kernel "(np.float32, 256, 8, 0, 256, 4)" "(float32[:, :], float32[:, :])"
 FACTORY(*ARGS) must return a cuda.jit kernel dispatcher (or a tuple whose first item is one).
+A cooperative kernel (one calling cuda.cg.this_grid()) calls into cudadevrt, which is
+linked only at load time: ptxas then compiles it relocatable (-c), and the registers
+reported are the kernel's own.
 """
 import importlib, os, subprocess, sys, tempfile
 os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
@@ -28,6 +31,8 @@ ptx, _ = cuda.compile_ptx(k.py_func, sig, cc=(9, 0), fastmath=k.targetoptions.ge
 ptx = ptx.replace(".version 9.5", ".version 9.0")
 d = tempfile.mkdtemp()
 open(f"{d}/k.ptx", "w").write(ptx)
-r = subprocess.run(["ptxas", "-arch=sm_90", "-v", f"{d}/k.ptx", "-o", f"{d}/k.cubin"], capture_output=True, text=True)
+relocatable = ["-c"] if "cudaCGGetIntrinsicHandle" in ptx else []
+r = subprocess.run(["ptxas", "-arch=sm_90", "-v", *relocatable, f"{d}/k.ptx", "-o", f"{d}/k.cubin"],
+                   capture_output=True, text=True)
 print(r.stdout + r.stderr)
 print("ptx:", f"{d}/k.ptx")

@@ -32,7 +32,7 @@ def test_docs_build_without_warnings(tmp_path):
                  "algorithms/attention", "api", "testing", "caveats", "measurements"]:
         assert (html / f"{page}.html").is_file(), page
     # the kernel source is included live, not pasted: its text is in the page
-    assert "block_combine" in (html / "algorithms" / "fused.html").read_text(encoding="utf-8")
+    assert "team_combine" in (html / "algorithms" / "fused.html").read_text(encoding="utf-8")
     # the computed blocks were computed (docs/_ext/computed.py), and every chapter has a figure
     walk = (html / "walk.html").read_text(encoding="utf-8")
     assert "chunk state" in walk and "re-base" in walk

@@ -1,34 +1,156 @@
-"""Softmax methods by name: which kernel runs a (rows, n) problem, and its launch.
+"""Which kernel runs a softmax, and how: the one map from a method's name to launches.
 
-(Interim: the launch configurations of the four softmax kernels, moved here from
-``softmax.py`` unchanged; being reworked for the roofline.)
+    METHODS                         "auto" and the six kernels
+    choose(rows, n, dtype, limits)  the kernel "auto" runs for a (rows, n) problem
+    launch(method, mode, x, y)      run one method's kernel(s) on (rows, n) device arrays
+    traffic(method, rows, n, …)     the bytes a method's own model says it moves
+
+The kernels, from the textbook to the roofline (each a chapter of the docs):
+
+    three_pass  v1  max, sum, normalise: 3 reads + 1 write        any row
+    fused       v2  the row in registers: 1 read + 1 write        ≤ 16K float32 values
+    online      v3  (m, ℓ) in one pass, then normalise: 2 + 1     any row
+    split       v4  online, several blocks per row, two launches  any row, few rows
+    onchip      v5  the row in shared memory: 1 + 1               ≤ one block's shared memory
+    group       v6  the row in a group of blocks' shared memory   any row (re-reads what
+                    (cooperative launch, (m, ℓ) exchanged)        does not fit on chip)
+
+**How "auto" chooses.**  By the row's size in bytes, against crossovers measured per
+device and kept in ``crossovers.json`` beside this module: ``fused`` while a row is at
+most ``fused`` bytes, then ``onchip`` up to ``onchip`` bytes when there are enough rows
+to give every multiprocessor one, else ``group``.  A device not in the table gets the
+``default`` entry, with ``onchip`` scaled to a third of its shared memory per
+multiprocessor (three blocks each).
+
+**Regenerating the table.**  The benchmark times every kernel method on rows of 1K to
+1M values (float32; ``rows`` chosen so that each input is 256 MB), and hands its rows —
+dicts with ``n``, ``itemsize``, ``rows``, ``method``, ``gbps`` — to
+:func:`fit_crossovers`, which returns the device's entry; :func:`save_crossovers`
+writes it under the device's name (``numba-softmax bench --crossovers``, to be wired by
+the benchmark).
+
+What a caller must have checked before :func:`launch`: ``x`` a 2-D device array of
+float16, float32, float64 or uint16 (bfloat16 bits), any strides; ``y`` of the same
+dtype, (rows, n) — or (rows, 1) for logsumexp — not overlapping ``x`` unless it *is*
+``x`` with the same strides (in place: every kernel reads a value before writing it,
+each value by the thread that reads it).  ``launch`` re-checks shapes and dtypes (a clear
+``ValueError``/``TypeError``) but cannot see overlaps.
 """
 
-from . import fused, launcher, online, split, three_pass
+import json
+import os
 
-METHODS = ("auto", "three_pass", "fused", "online", "split")
-FUSED_UP_TO = 8192  # longest row ``auto`` gives the fused kernel (measured)
+import numpy as np
+
+from . import fused, group, launcher, online, onchip, split, three_pass
+from .epilogue import LOGSUMEXP, MODES
+
+KERNELS = {"three_pass": three_pass, "fused": fused, "online": online, "split": split,
+           "onchip": onchip, "group": group}
+METHODS = ("auto", *KERNELS)
+DTYPES = tuple(np.dtype(d) for d in (np.float16, np.float32, np.float64, np.uint16))
+PASSES = {"three_pass": 4, "fused": 2, "online": 3, "split": 3, "onchip": 2, "group": 2}
+"""Each value's trips through DRAM (reads + writes) by the kernel's own model, with no
+help from the caches: the traffic bound that the benchmark's "% of bound" divides by."""
+
+_TABLE = os.path.join(os.path.dirname(__file__), "crossovers.json")
+
+
+def crossovers(limits):
+    """The crossover entry for the device ``limits`` describe: its measured one, or the
+    default scaled to its shared memory."""
+    with open(_TABLE) as f:
+        table = json.load(f)
+    entry = table.get(limits.name)
+    if not isinstance(entry, dict):
+        entry = dict(table["default"])
+        entry["onchip"] = limits.shared_per_sm // 3 - onchip.STATIC_SHARED
+    return entry
 
 
 def choose(rows, n, dtype, limits):
-    """The kernel ``auto`` picks for a (rows, n) problem."""
-    if n <= min(FUSED_UP_TO, fused.max_row(limits.max_threads)):
+    """The kernel ``auto`` runs for (rows, n) values of ``dtype`` on the device of
+    ``limits`` (:func:`.launcher.device_limits`)."""
+    row_bytes = n * np.dtype(dtype).itemsize
+    entry = crossovers(limits)
+    if row_bytes <= entry["fused"] and n <= fused.max_row(limits.max_threads, dtype):
         return "fused"
-    return "split" if rows < limits.sms // 2 else "online"
+    if row_bytes <= entry["onchip"] and rows >= limits.sms:
+        return "onchip"
+    return "group"
 
 
 def launch(method, mode, x, y, stream=0):
-    """Run ``method`` on (rows, n) device arrays; ``y`` is (rows, n) or (rows, 1)."""
-    limits = launcher.device_limits()
+    """Run ``method`` ("auto" or a kernel) in ``mode`` (:data:`.epilogue.MODES` values)
+    on the (rows, n) device array ``x`` into ``y``; returns the kernel method that ran.
+    Raises ``ValueError`` when a named method cannot take the shape (``fused`` or
+    ``onchip`` on a row too long for the chip)."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}; got {method!r}")
+    if mode not in MODES.values():
+        raise ValueError(f"mode must be one of {sorted(MODES.values())} (epilogue.MODES); got {mode!r}")
+    _check(x, y, mode)
+    rows, n = x.shape
     if method == "auto":
-        method = choose(x.shape[0], x.shape[1], x.dtype, limits)
-    max_threads = limits.max_threads
-    if method == "fused":
-        fused.launch(x, y, mode, stream=stream, max_threads=max_threads,
-                     rows_per_block=max(1, min(4, max_threads // 32)))
-    elif method == "online":
-        online.launch(x, y, mode, threads=max_threads, stream=stream)
-    elif method == "split":
-        split.launch(x, y, mode, threads=min(256, max_threads), stream=stream, num_sms=limits.sms)
-    else:
-        three_pass.launch(x, y, mode, threads=min(256, max_threads), stream=stream)
+        method = choose(rows, n, x.dtype, launcher.device_limits())
+    if rows == 0 or (n == 0 and mode != LOGSUMEXP):
+        return method  # nothing to compute
+    if n == 0 and method in ("split", "group", "onchip"):
+        method = "online"  # an empty row's logsumexp (−inf): no pieces to cut
+    KERNELS[method].launch(x, y, mode, stream=stream)
+    return method
+
+
+def _check(x, y, mode):
+    if x.dtype not in DTYPES:
+        raise TypeError(f"x must be float16, float32, float64 or uint16 (bfloat16 bits); got {x.dtype}")
+    if y.dtype != x.dtype:
+        raise TypeError(f"y must have x's dtype {x.dtype}; got {y.dtype}")
+    if len(x.shape) != 2:
+        raise ValueError(f"x must be a (rows, n) array; got shape {tuple(x.shape)}")
+    want = (x.shape[0], 1 if mode == LOGSUMEXP else x.shape[1])
+    if tuple(y.shape) != want:
+        raise ValueError(f"y must have shape {want}; got {tuple(y.shape)}")
+
+
+def traffic(method, rows, n, itemsize, limits=None):
+    """Bytes ``method`` moves through DRAM for a (rows, n) problem by its own model:
+    :data:`PASSES` trips per value; ``group`` adds the re-read of what does not fit on
+    the chip (needs ``limits``).  Caches can beat these (a re-read that hits L1/L2)."""
+    if method == "group" and limits is not None:
+        spilled = n - group.held_per_row(rows, n, itemsize, limits)
+        return rows * (2 * n + spilled) * itemsize
+    return PASSES[method] * rows * n * itemsize
+
+
+def fit_crossovers(measurements):
+    """A device's crossover entry from benchmark rows (dicts with ``n``, ``itemsize``,
+    ``rows``, ``method``, ``gbps``): ``fused`` — the longest row (bytes) up to which
+    ``fused`` wins every measured length; ``onchip`` — likewise for ``onchip`` among the
+    longer rows (only shapes with at least as many rows as multiprocessors count for it,
+    which the caller ensures by its choice of shapes)."""
+    best = {}
+    for r in measurements:
+        key = int(r["n"]) * int(r["itemsize"])
+        if key not in best or float(r["gbps"]) > best[key][0]:
+            best[key] = (float(r["gbps"]), r["method"])
+    entry = {"fused": 0, "onchip": 0}
+    for name in ("fused", "onchip"):
+        for key in sorted(best):
+            if key <= entry["fused"]:
+                continue
+            if best[key][1] != name:
+                break
+            entry[name] = key
+    entry["onchip"] = max(entry["onchip"], entry["fused"])
+    return entry
+
+
+def save_crossovers(device_name, entry):
+    """Write ``entry`` (from :func:`fit_crossovers`) into ``crossovers.json``."""
+    with open(_TABLE) as f:
+        table = json.load(f)
+    table[device_name] = {"fused": int(entry["fused"]), "onchip": int(entry["onchip"])}
+    with open(_TABLE, "w") as f:
+        json.dump(table, f, indent=2, sort_keys=True)
+        f.write("\n")

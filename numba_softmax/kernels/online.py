@@ -1,17 +1,22 @@
 """v3 — two-pass online softmax: rows of any length.  Two reads and one write per element.
 
-One block per row, T threads; the row is streamed in chunks of C = T·VPT values.
+A team of threads per row (:mod:`.chunk`): as wide as one chunk of C = team·VPT values
+when the row is short — a warp, or a few, several rows to a block — and the whole block
+when it is long, streaming the row chunk by chunk.
 
     pass 1  for each chunk: each thread reads its VPT values, folds them into a chunk
             state (max, Σ exp(x − max)) and merges that into its running (m, ℓ) with
             the combiner — the per-block online recurrence of Milakov & Gimelshein.
-            Then the block folds the T running states into the row's (m, ℓ).
-    pass 2  re-read each value and write exp(x − m)/ℓ.
+            Then the team folds its running states into the row's (m, ℓ).
+    pass 2  re-read each value and write exp(x − m)/ℓ — last chunk first: pass 1 read
+            it last, so it is the likeliest still in L1/L2.
 
 Memory traffic: read 2·N·b, write N·b (3·N·b), against 4·N·b for the three-pass kernel
 — the max pass and the sum pass are fused into one (source: the Triton two-pass online
-softmax in the sources, for rows too long for on-chip memory).  Nothing is held on chip
-between passes but the two numbers (m, ℓ), so the row length is unbounded.
+softmax in the sources, for rows too long for on-chip memory).  A short row is one
+chunk, re-read a moment later from L1, so it costs 2·N·b from DRAM, like seed 001's
+Triton kernel; a long row's tail is re-read from L2.  Nothing is held on chip between
+passes but the two numbers (m, ℓ), so the row length is unbounded.
 NumPy twin: :func:`numba_softmax.reference.online_softmax` (``block`` = C).
 """
 
@@ -20,93 +25,92 @@ import math
 
 from numba import cuda
 
-from ..combine import combine_device, larger_device, weight_device
-from . import vector
-from . import jit, launcher
-from .jit import accumulator
-from .epilogue import LOGSUMEXP, element, row_constant
-from .reduce import block_combine
+from ..combine import combine_device
+from . import chunk, jit, vector
+from .epilogue import LOGSUMEXP, row_constant
+from .reduce import team_combine
+
+VECTORS = 2  # 16-byte vectors per thread per chunk: 32 bytes in flight per thread
 
 
 @functools.cache
-def stream_state(dtype, threads, vpt, width):
-    """Device function: this thread's (m, ℓ) over x[row, start:stop], read in chunks of
-    T·VPT values, W at a time (pass 1).  Shared with the split-row kernel, which streams
-    a piece of a row the same way.  ``start`` must be a multiple of W."""
-    acc = accumulator(dtype)
-    chunk = threads * vpt
-    load_row, _ = vector.row_io(width)
+def stream_state(dtype, vpt, width):
+    """Device function: thread t's (m, ℓ) over x[row, start:stop], read in chunks of
+    team·VPT values, W at a time (pass 1).  Shared with the split-row and group kernels,
+    which stream a piece of a row the same way.  ``start`` must be a multiple of W."""
+    acc = jit.accumulator(dtype)
+    io = chunk.ops(dtype, vpt, width)
 
     @jit.device
-    def fold(x, row, start, stop):
-        t = cuda.threadIdx.x
+    def fold(x, row, start, stop, t, team):
         v = cuda.local.array(vpt, acc)  # one chunk's values, in registers (unrolled)
         m, l = acc(-math.inf), acc(0.0)
-        for base in range(start, stop, chunk):
-            for i in range(vpt // width):  # all loads of the chunk before any exp
-                load_row(x, row, base + (t + i * threads) * width, stop, v, i * width, acc(-math.inf))
-            m_chunk = acc(-math.inf)
-            for i in range(vpt):
-                m_chunk = larger_device(m_chunk, v[i])  # a NaN is kept
-            l_chunk = acc(0.0)
-            for i in range(vpt):
-                l_chunk += weight_device(v[i], m_chunk)
+        base = start
+        while base < stop:
+            io.load(x, row, base, stop, t, team, v, acc(-math.inf))
+            m_chunk, l_chunk = io.state(v)
             m, l = combine_device(m, l, m_chunk, l_chunk)  # the online step, per chunk
+            base += team * vpt
         return m, l
 
     return fold
 
 
 @functools.cache
-def normalise_range(dtype, threads, vpt, width, mode):
+def normalise_range(dtype, vpt, width, mode):
     """Device function: y[row, start:stop] = output(x[row, start:stop]) given the row's m
-    and constant c (pass 2), with the same chunks and vectors as pass 1."""
-    acc = accumulator(dtype)
-    chunk = threads * vpt
-    load_row, store_row = vector.row_io(width)
+    and constant c (pass 2), with the same chunks and vectors as pass 1, last chunk
+    first."""
+    acc = jit.accumulator(dtype)
+    io = chunk.ops(dtype, vpt, width)
 
     @jit.device
-    def write(x, y, row, start, stop, m, c):
-        t = cuda.threadIdx.x
+    def write(x, y, row, start, stop, t, team, m, c):
         v = cuda.local.array(vpt, acc)
-        for base in range(start, stop, chunk):
-            for i in range(vpt // width):  # VPT loads in flight per thread
-                load_row(x, row, base + (t + i * threads) * width, stop, v, i * width, m)
-            for i in range(vpt):
-                v[i] = element(v[i], m, c, mode)
-            for i in range(vpt // width):
-                store_row(y, row, base + (t + i * threads) * width, stop, v, i * width)
+        size = team * vpt
+        base = start + (stop - start - 1) // size * size  # the chunk read last, first
+        while base >= start:
+            io.load(x, row, base, stop, t, team, v, m)
+            io.normalise(v, m, c, mode)
+            io.store(y, row, base, stop, t, team, v)
+            base -= size
 
     return write
 
 
 @functools.cache
-def kernel(dtype, threads, vpt, mode, width):
-    acc = accumulator(dtype)
-    fold = stream_state(dtype, threads, vpt, width)
-    write = normalise_range(dtype, threads, vpt, width, mode)
+def kernel(dtype, vpt, mode, width):
+    acc = jit.accumulator(dtype)
+    fold = stream_state(dtype, vpt, width)
+    write = normalise_range(dtype, vpt, width, mode)
+    store = jit.storer(dtype)
 
     @jit.kernel
-    def online(x, y):
-        row, t = cuda.blockIdx.x, cuda.threadIdx.x
-        n = x.shape[1]
-        m_shared = cuda.shared.array(32, acc)
-        l_shared = cuda.shared.array(32, acc)
+    def online(x, y, team):
+        row, t, n = chunk.team_row(x, team)
+        m_slots = cuda.shared.array(64, acc)
+        l_slots = cuda.shared.array(64, acc)
 
-        m, l = fold(x, row, 0, n)  # pass 1: stream the row, keeping (m, ℓ)
-        m, l = block_combine(m, l, m_shared, l_shared)
+        m, l = fold(x, row, 0, n, t, team)  # pass 1: stream the row, keeping (m, ℓ)
+        m, l = team_combine(m, l, m_slots, l_slots, team)
         c = row_constant(m, l, acc(1.0), mode)
         if mode == LOGSUMEXP:
-            if t == 0:
-                y[row, 0] = c
+            if t == 0 and row < x.shape[0]:
+                y[row, 0] = store(c)
             return
-        write(x, y, row, 0, n, m, c)  # pass 2: re-read and write
+        write(x, y, row, 0, n, t, team, m, c)  # pass 2: re-read and write
 
     return online
 
 
-def launch(x, y, mode, threads=1024, vpt=8, stream=0):
+def configure(x, y, mode, threads=None, vpt=None):
+    """The launch: a team per row as wide as one chunk of the row (capped by the block
+    limit — then the team streams several chunks), blocks of at least 256 threads;
+    ``threads`` caps the block (default: the compiled kernel's own limit)."""
+    vpt = vpt or VECTORS * vector.width_for(x.dtype)
+    return chunk.team_plan(kernel, x, y, mode, vpt, threads, min_block=256)
+
+
+def launch(x, y, mode, threads=None, vpt=None, stream=0):
     """Run on (rows, n) device arrays; ``y`` is (rows, n), or (rows, 1) for logsumexp."""
-    width = vector.vector_width(x) if mode == LOGSUMEXP else vector.vector_width(x, y)
-    vpt = max(vpt, width)
-    launcher.launch(kernel(x.dtype, threads, vpt, mode, width), x.shape[0], threads, stream, (x, y))
+    chunk.run(configure(x, y, mode, threads, vpt), stream)

@@ -12,6 +12,11 @@ classic two-level one (NVIDIA's reduction samples, and the CuTe kernel of the so
    state (no broadcast step needed).
 
 Blocks are whole warps (a multiple of 32 threads, at most 1024 = 32 warps).
+
+:func:`team_combine` is the same tree for *teams*: groups of ``team`` consecutive
+threads (a multiple of 32 that divides the block) that each fold their own row — a warp
+per row needs the butterfly alone (no shared memory, no barrier); a team of several
+warps folds just its own warps' posted states.
 """
 
 import math
@@ -56,5 +61,32 @@ def block_combine(m, l, m_shared, l_shared):
         l_shared[tid] = 0.0
     cuda.syncthreads()  # all 32 slots are written before any warp reads them
     m, l = warp_combine(m_shared[lane], l_shared[lane])
+    cuda.syncthreads()  # all reads are done before a later call writes the slots again
+    return m, l
+
+
+@jit.device
+def team_combine(m, l, m_slots, l_slots, team):
+    """Fold the (m, ℓ) of every team of ``team`` threads; every thread returns its team's.
+
+    ``m_slots``/``l_slots``: shared arrays of 64 slots in the accumulation type — one
+    per warp, and 32 holding the identity.  ``team`` is the same for the whole block, so
+    either every thread meets at the barriers or none does.
+    """
+    m, l = warp_combine(m, l)
+    if team <= WARP:
+        return m, l  # a warp per row: the butterfly was the whole tree
+    tid = cuda.threadIdx.x
+    warp, lane = tid // WARP, tid % WARP
+    if lane == 0:
+        m_slots[warp] = m
+        l_slots[warp] = l
+    if tid < WARP:  # the identity (−inf, 0), typed by the array
+        m_slots[WARP + tid] = -math.inf
+        l_slots[WARP + tid] = 0.0
+    cuda.syncthreads()  # every warp's state is posted before any team reads
+    warps = team // WARP  # lane k < warps reads warp k of its team; the rest the identity
+    k = warp - warp % warps + lane if lane < warps else WARP + lane
+    m, l = warp_combine(m_slots[k], l_slots[k])
     cuda.syncthreads()  # all reads are done before a later call writes the slots again
     return m, l

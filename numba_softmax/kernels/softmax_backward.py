@@ -43,7 +43,7 @@ from numba import cuda
 from . import jit, launcher, vector
 from .launcher import scratch
 from .epilogue import SOFTMAX
-from .fused import _pow2_at_least
+from .chunk import pow2_ceil
 from .jit import accumulator
 from .reduce import block_combine, warp_combine
 
@@ -75,7 +75,7 @@ def io(dtype, vpt, width, row_threads):
     ``row`` from column ``base`` on (W at a time, coalesced, 0 past ``stop``) into ``v``
     in the accumulator type — and ``store(v, a, row, base, stop, t)``, its inverse."""
     raw_t = _raw(dtype)
-    load_row, store_row = vector.row_io(width)
+    load_row, store_row = vector.raw_row_io(width)
     to_acc, to_raw = jit.loader(dtype), jit.storer(dtype)
 
     @jit.device
@@ -251,7 +251,7 @@ def plan(rows, n, dtype, width, max_threads, sms):
     """The form and sizes for (rows, n): a warp per row while 32·VPT values hold it; a
     block per row while ``max_threads``·VPT do; else two passes, or split for fewer rows
     than half the multiprocessors."""
-    whole = lambda v: max(_pow2_at_least(v), width)  # noqa: E731  (a whole number of vectors)
+    whole = lambda v: max(pow2_ceil(v), width)  # noqa: E731  (a whole number of vectors)
     if n <= 32 * max_vpt(dtype, warp=True):
         return Plan("warp", 32 * max(1, min(4, max_threads // 32)), whole(-(-n // 32)))
     for threads in (64, 128, 256, 512, 1024):

@@ -38,7 +38,7 @@ from ..combine import weight_device
 from ..draws import row_key_device
 from . import jit, launcher, vector
 from .jit import accumulator
-from .fused import _pow2_at_least
+from .chunk import pow2_ceil as _pow2_at_least
 from .topk_state import WARP, block_memory, pieces_state, row_state
 
 MAX_K = 128  # a warp's list holds ⌈k/32⌉ ≤ 4 entries per lane

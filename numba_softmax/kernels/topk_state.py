@@ -119,7 +119,7 @@ def stream(dtype, vpt, width, slots, perturb):
     acc = accumulator(dtype)
     stored = numba.uint16 if jit.storage(dtype) == jit.BFLOAT16 else numba.from_dtype(np.dtype(dtype))
     load = jit.loader(dtype)
-    load_row, _ = vector.row_io(width)
+    load_row, _ = vector.raw_row_io(width)
     _, offer, _ = warp_list(acc, slots, vpt)
     gumbel = gumbel_device(acc)
 

@@ -1,13 +1,18 @@
 """16-byte loads and stores: the one thing plain Numba indexing does not give us.
 
 ``x[row, j]`` compiles to a 4-byte load; a memory-bound kernel wants each thread to move
-16 bytes per instruction (4 float32, 8 float16, 2 float64), coalesced across the warp.
-Numba has no vector load, so this module adds one with a small ``@intrinsic``: it takes
-the address of ``x[row, j]``, views it as a ``<W x dtype>`` vector in global memory, and
-loads it with 16-byte alignment (PTX ``ld.global.v4.f32`` for float32).
+16 bytes per instruction (4 float32, 8 float16 or bfloat16, 2 float64), coalesced across
+the warp.  Numba has no vector load, so this module adds one with a small ``@intrinsic``:
+it takes the address of ``x[row, j]``, views it as a ``<W x dtype>`` vector in global
+memory, and loads it with 16-byte alignment (PTX ``ld.global.v4.f32`` for float32).
 
-    load(x, row, j, v, offset)    v[offset + k] = x[row, j + k],  k < W   (cast to v's type)
+    load(x, row, j, v, offset)    v[offset + k] = x[row, j + k],  k < W   (same dtype)
     store(y, row, j, v, offset)   y[row, j + k] = v[offset + k],  k < W
+
+:func:`io` only moves bytes: ``v`` has the array's own dtype.  :func:`row_io` is what the
+kernels call: it converts each value to the accumulator type and back with
+:func:`.jit.loader` / :func:`.jit.storer`, which is where a uint16 array becomes
+bfloat16 (its bits shifted into a float32), not an integer.
 
 Callers guarantee what the hardware needs (the host checks it before choosing W > 1):
 unit column stride, row stride a multiple of W, a 16-byte aligned base, j % W == 0 and
@@ -19,7 +24,9 @@ an emulation used only there; the kernels' source is the same.
 
 import functools
 
+import numba
 import numpy as np
+from numba import cuda
 
 from .._sim import simulator_enabled
 
@@ -47,7 +54,7 @@ if simulator_enabled():
 
 else:
     from llvmlite import ir
-    from numba import cuda, types
+    from numba import types
     from numba.cuda import cgutils
     from numba.cuda.extending import intrinsic
 
@@ -83,8 +90,14 @@ else:
 
             return load1, store1
 
+        def same_dtype(x, v):
+            if x.dtype != v.dtype:  # converting is jit.loader's job (uint16 is bfloat16)
+                raise TypeError(f"vector.io moves bytes: {x.dtype} array, {v.dtype} values")
+
         @intrinsic
         def load(typingctx, x, row, j, v, offset):
+            same_dtype(x, v)
+
             def codegen(context, builder, sig, args):
                 xt, rt, jt, vt, ot = sig.args
                 ptr = _element_pointer(context, builder, xt, args[0], args[1], rt, args[2], jt)
@@ -92,7 +105,6 @@ else:
                                    align=VECTOR_BYTES)
                 for k in range(width):
                     value = builder.extract_element(vec, ir.Constant(ir.IntType(32), k))
-                    value = context.cast(builder, value, xt.dtype, vt.dtype)
                     builder.store(value, _local_pointer(context, builder, vt, args[3], args[4], ot, k))
                 return context.get_dummy_value()
 
@@ -100,12 +112,13 @@ else:
 
         @intrinsic
         def store(typingctx, y, row, j, v, offset):
+            same_dtype(y, v)
+
             def codegen(context, builder, sig, args):
                 yt, rt, jt, vt, ot = sig.args
                 vec = ir.Constant(ir.VectorType(context.get_value_type(yt.dtype), width), None)
                 for k in range(width):
                     value = builder.load(_local_pointer(context, builder, vt, args[3], args[4], ot, k))
-                    value = context.cast(builder, value, vt.dtype, yt.dtype)
                     vec = builder.insert_element(vec, value, ir.Constant(ir.IntType(32), k))
                 ptr = _element_pointer(context, builder, yt, args[0], args[1], rt, args[2], jt)
                 builder.store(vec, _global_vector(context, builder, ptr, yt.dtype, width),
@@ -117,11 +130,57 @@ else:
         return load, store
 
 
+def storage_type(dtype):
+    """The numba type a row of ``dtype`` is stored in (uint16 for bfloat16)."""
+    from . import jit
+
+    return numba.uint16 if jit.storage(dtype) == jit.BFLOAT16 else numba.from_dtype(np.dtype(dtype))
+
+
 @functools.cache
-def row_io(width):
-    """``load_row``/``store_row``: :func:`io`'s vector access where the W values lie inside
-    the row (j + W <= stop), value by value at its ragged end.  ``load_row`` fills the
-    places past ``stop`` with ``pad`` (−inf for a max or a sum, which weighs 0)."""
+def row_io(width, dtype):
+    """``load_row``/``store_row`` for a row of ``dtype`` values: :func:`io`'s vector access
+    where the W values lie inside the row (j + W <= stop), value by value at its ragged
+    end, each value converted to the accumulator type on the way in and back on the way
+    out.  ``load_row`` fills the places past ``stop`` with ``pad`` (−inf for a max or a
+    sum, which weighs 0)."""
+    from . import jit
+
+    load, store = io(width)
+    to_acc, to_storage = jit.loader(dtype), jit.storer(dtype)
+    raw = storage_type(dtype)
+
+    @jit.device
+    def load_row(x, row, j, stop, v, offset, pad):
+        if j + width <= stop:
+            bits = cuda.local.array(width, raw)  # the W stored values, in registers
+            load(x, row, j, bits, 0)
+            for k in range(width):
+                v[offset + k] = to_acc(bits[k])
+        else:
+            for k in range(width):
+                v[offset + k] = to_acc(x[row, j + k]) if j + k < stop else pad
+
+    @jit.device
+    def store_row(y, row, j, stop, v, offset):
+        if j + width <= stop:
+            bits = cuda.local.array(width, raw)
+            for k in range(width):
+                bits[k] = to_storage(v[offset + k])
+            store(y, row, j, bits, 0)
+        else:
+            for k in range(width):
+                if j + k < stop:
+                    y[row, j + k] = to_storage(v[offset + k])
+
+    return load_row, store_row
+
+
+@functools.cache
+def raw_row_io(width):
+    """:func:`row_io` without the conversion: ``v`` holds the stored values themselves
+    (bfloat16 as its uint16 bits) — for kernels that convert where they choose.
+    ``load_row`` pads past ``stop`` with ``pad`` (of ``v``'s type)."""
     from . import jit
 
     load, store = io(width)

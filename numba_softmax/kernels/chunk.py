@@ -1,0 +1,140 @@
+"""A chunk of a row: the values one team of threads holds in registers at a time.
+
+Every softmax kernel here walks its rows the same way.  A *team* of ``team`` threads
+(a warp, several warps, or the whole block — a multiple of 32 that divides the block)
+works on one row; a block of T threads holds T / team teams, so short rows get several
+to a block and long rows a block each.  The team reads the row in *chunks* of
+team·VPT values; thread t of the team holds VPT of them, as VPT/W vectors of W::
+
+    vector i of thread t  =  x[row, base + (t + i·team)·W  …  + W)      i < VPT/W
+
+so at every step the team's threads read neighbouring 16-byte vectors (coalesced), and
+all of a thread's loads are issued before any value is used (the memory system sees
+them at once).  Places past the row's end hold a pad (−inf: weight 0).
+
+:func:`ops` gives the four device functions built on that layout — load a chunk, its
+state (max, then Σ exp(v − max): one ``exp`` per value, no re-basing inside a thread),
+normalise it in registers, store it — and :func:`team_row` says which row and place
+a thread has.  VPT, W and the dtype are compile-time constants (the factories close over
+them); the team size is a run-time argument, so one compiled kernel serves every team.
+"""
+
+import functools
+import math
+from typing import NamedTuple
+
+from numba import cuda
+
+from ..combine import larger_device, weight_device
+from . import jit, launcher, vector
+from .epilogue import element
+
+
+class Ops(NamedTuple):
+    load: object  # load(x, row, base, stop, t, team, v, pad)
+    state: object  # state(v) -> (max, Σ exp(v − max))
+    normalise: object  # normalise(v, m, c, mode): v[i] = output(v[i])
+    store: object  # store(y, row, base, stop, t, team, v)
+
+
+@functools.cache
+def ops(dtype, vpt, width):
+    """The chunk device functions for ``dtype`` rows, VPT values per thread, W per vector."""
+    acc = jit.accumulator(dtype)
+    load_row, store_row = vector.row_io(width, dtype)
+
+    @jit.device
+    def load(x, row, base, stop, t, team, v, pad):
+        for i in range(vpt // width):  # every load of the chunk before any value is used
+            load_row(x, row, base + (t + i * team) * width, stop, v, i * width, pad)
+
+    @jit.device
+    def state(v):
+        m = acc(-math.inf)
+        for i in range(vpt):
+            m = larger_device(m, v[i])  # a NaN is kept
+        l = acc(0.0)
+        for i in range(vpt):
+            l += weight_device(v[i], m)  # against the chunk's own max: one exp per value
+        return m, l
+
+    @jit.device
+    def normalise(v, m, c, mode):
+        for i in range(vpt):
+            v[i] = element(v[i], m, c, mode)
+
+    @jit.device
+    def store(y, row, base, stop, t, team, v):
+        for i in range(vpt // width):
+            store_row(y, row, base + (t + i * team) * width, stop, v, i * width)
+
+    return Ops(load, state, normalise, store)
+
+
+@jit.device
+def team_row(x, team):
+    """(row, t, n) of the calling thread: its team's row, its place in the team, and the
+    row's length — 0 for a team past the last row, which then reads and writes nothing
+    but still meets its block at every barrier."""
+    per_block = cuda.blockDim.x // team
+    row = cuda.blockIdx.x * per_block + cuda.threadIdx.x // team
+    n = x.shape[1] if row < x.shape[0] else 0
+    return row, cuda.threadIdx.x % team, n
+
+
+class TeamPlan(NamedTuple):
+    """A team kernel's launch: ``kernel[grid, block](*args)``, ``team`` threads per row."""
+
+    kernel: object
+    grid: int
+    block: int
+    team: int
+    args: tuple
+
+
+def pow2_floor(n):
+    p = 1
+    while p * 2 <= n:
+        p *= 2
+    return p
+
+
+def pow2_ceil(n):
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def team_plan(make, x, y, mode, vpt, threads=None, min_block=128, team=None):
+    """The launch of ``make(dtype, vpt, mode, width)`` — a kernel taking (x, y, team) —
+    on (rows, n) arrays: a team as wide as one chunk of the row (``team``: a chosen
+    one), 32 to the block limit, and blocks of at least ``min_block`` threads (several
+    teams each).  The block limit is the compiled kernel's own
+    (:func:`.launcher.max_threads`: its registers decide), capped by ``threads``, and
+    rounded down to a power of two so that teams divide blocks."""
+    from .epilogue import LOGSUMEXP
+
+    rows, n = x.shape
+    width = vector.vector_width(x) if mode == LOGSUMEXP else vector.vector_width(x, y)
+    vpt = max(vpt, width)
+    if vpt % width:
+        raise ValueError(f"values per thread must be whole {width}-value vectors; got {vpt}")
+    k = make(x.dtype, vpt, mode, width)
+    args = (x, y, 0)
+    limit = launcher.max_threads(k, args)
+    if threads is not None:
+        limit = min(limit, threads)
+    limit = pow2_floor(limit)
+    if limit < 32:
+        raise ValueError(f"{k.__name__}: a block must hold at least one warp; got {limit} threads")
+    if team is None:
+        team = min(max(32, pow2_ceil(-(-n // vpt))), limit)
+    block = min(max(team, min_block), limit)
+    grid = max(1, -(-rows // (block // team)))
+    return TeamPlan(k, grid, block, team, (x, y, team))
+
+
+def run(plan, stream=0):
+    """Launch a :class:`TeamPlan` (through the one launcher)."""
+    launcher.launch(plan.kernel, plan.grid, plan.block, stream, plan.args)

@@ -1,0 +1,387 @@
+"""The softmax kernels at the kernel level: every method × dtype × mode against float64.
+
+Each case is sized so that it crosses what the kernel has to get right: two warps in a
+team, two chunks per thread, a ragged end, two pieces (split), two blocks exchanging
+(m, ℓ) — with a spilled share — and two rows through one group (group).  On the
+simulator blocks have 64 threads, so the shapes are tiny: one 16-byte vector per thread
+per chunk (``vpt`` = W), a group of two blocks with a "shared memory" of ~1.5 KB.
+
+Also here: widths at each threshold (a new values-per-thread step, a new team, the
+fused and on-chip limits), precision (long float16 rows must accumulate in float32;
+log_softmax must not be log(softmax)), special values across warp/chunk boundaries in
+negative-stride views, and host-only checks of every launch configuration against the
+compiled kernel's thread limit and the group's arithmetic.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from numba_softmax import reference as R
+from numba_softmax.kernels import group, launcher, methods, onchip, vector
+from numba_softmax.kernels.epilogue import LOGSUMEXP, MODES
+
+from _helpers import SIMULATOR, sized
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # simulator: 1/0 of idle teams
+
+T = 64  # threads per block on the simulator (two warps); the GPU sizes its own
+DTYPES = ["float16", "bfloat16", "float32", "float64"]
+REFS = {"softmax": R.softmax, "log_softmax": R.log_softmax,
+        "logsumexp": lambda x: R.logsumexp(x)[..., None]}
+TOL = {  # (softmax, log_softmax/logsumexp): output rounding plus fast exp/log
+    "float16": (dict(rtol=2e-3, atol=2e-4), dict(rtol=2e-3, atol=2e-2)),
+    "bfloat16": (dict(rtol=1e-2, atol=1e-3), dict(rtol=8e-3, atol=6e-2)),
+    "float32": (dict(rtol=1e-4, atol=2e-6), dict(rtol=1e-5, atol=5e-5)),
+    "float64": (dict(rtol=1e-12, atol=1e-13), dict(rtol=1e-12, atol=1e-12)),
+}
+
+
+# --- bfloat16 as uint16 bits (round to nearest even), and back -------------------------
+def to_bf16(x):
+    b = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    nan = (b & 0x7FFFFFFF) > 0x7F800000
+    r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(nan, ((b >> 16) | 0x40).astype(np.uint16), r)
+
+
+def from_bf16(bits):
+    return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def stored(values, dtype):
+    """(what the kernel gets: NumPy storage array, its exact values in float64)."""
+    if dtype == "bfloat16":
+        bits = to_bf16(values)
+        return bits, from_bf16(bits).astype(np.float64)
+    x = np.asarray(values).astype(dtype)
+    return x, x.astype(np.float64)
+
+
+def decoded(y, dtype):
+    return (from_bf16(y) if dtype == "bfloat16" else y).astype(np.float64)
+
+
+def width(dtype):
+    return vector.width_for(np.uint16 if dtype == "bfloat16" else dtype)
+
+
+def run(method, mode, x, dtype, *, view=None, out_view=None, **config):
+    """Launch ``method`` on the storage array ``x`` (through ``view`` of the device copy
+    if given) into a NaN-poisoned output; returns the output as float64 and checks
+    the input was not touched."""
+    d = cuda.to_device(np.ascontiguousarray(x))
+    xd = view(d) if view else d
+    rows, n = xd.shape
+    shape = (rows, 1 if mode == "logsumexp" else n)
+    poison = 0x7FC0 if dtype == "bfloat16" else np.nan
+    yfull = cuda.to_device(np.full(shape if out_view is None else out_view[0], poison, xd.dtype))
+    yd = out_view[1](yfull) if out_view else yfull
+    if config:
+        methods.KERNELS[method].launch(xd, yd, MODES[mode], **config)
+    else:
+        methods.launch(method, MODES[mode], xd, yd)
+    np.testing.assert_array_equal(d.copy_to_host(), x)  # the input is never modified
+    y = yfull.copy_to_host()
+    if out_view is not None:  # what lies outside the view is still the poison
+        outside = np.ones(y.shape, bool)
+        out_view[1](outside)[...] = False
+        assert np.isnan(decoded(y[outside], dtype)).all()
+        y = out_view[1](y)
+    return decoded(np.asarray(y), dtype)
+
+
+def check(got, values, mode, dtype):
+    want = REFS[mode](values)
+    tol = TOL[dtype][0 if mode == "softmax" else 1]
+    np.testing.assert_allclose(got, want, **tol)
+
+
+# --- every method × dtype × mode -----------------------------------------------------------
+def case(method, dtype):
+    """(rows, n, launch config) that makes ``method`` cross two warps, two chunks (or
+    pieces, or blocks) and a ragged end, one vector per thread per chunk."""
+    w = width(dtype)
+    chunk = T * w  # a team of 64 threads, one W-vector each
+    if method == "group":  # two blocks hold one chunk each; the third chunk spills
+        itemsize = 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+        shared = (chunk + 2 * T) * itemsize
+        return 1, 2 * chunk + 3, dict(vpt=w, threads=T, blocks=2, shared=shared)
+    config = dict(vpt=w, threads=T)
+    if method == "fused":  # one chunk by design: two vectors per thread hold the row
+        config["vpt"] = None
+    if method == "split":
+        config["splits"] = 2
+    if method == "onchip":
+        config["shared"] = 4096
+    return 1, chunk + 3, config
+
+
+@pytest.mark.parametrize("mode", list(REFS))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("method", list(methods.KERNELS))
+def test_every_method_dtype_and_mode(method, dtype, mode):
+    rows, n, config = case(method, dtype)
+    rng = np.random.default_rng()
+    values = rng.standard_normal((rows, n)) * 3
+    values[0, [0, T - 1, T * width(dtype)]] = -np.inf  # −inf where warps and chunks meet
+    x, exact = stored(values, dtype)
+    check(run(method, mode, x, dtype, **config), exact, mode, dtype)
+
+
+# --- widths at each threshold ----------------------------------------------------------------
+def fits_or_refused(method, n, fits, view=None, **config):
+    x = (np.random.default_rng().standard_normal((1, n)) * 3).astype(np.float32)
+    if not fits:
+        with pytest.raises(ValueError, match="on chip|shared memory"):
+            run(method, "softmax", x, "float32", view=view, **config)
+        return
+    got = run(method, "softmax", x, "float32", view=view, **config)
+    check(got, (view(x) if view else x).astype(np.float64), "softmax", "float32")
+
+
+@pytest.mark.parametrize("n, fits", [(256, True), (257, True), (1024, True), (1025, True),
+                                     (2048, True), (2049, False)])
+def test_fused_at_its_thresholds(n, fits):
+    """A warp per row up to 32 × 32 values (a values-per-thread step at 256/257), a
+    team of two warps beyond (1024/1025), the limit 64 × 32 = 2048 with 64 threads."""
+    fits_or_refused("fused", n, fits, max_threads=T)
+
+
+@pytest.mark.parametrize("n", [256, 257, 512, 513])
+def test_online_at_its_thresholds(n):
+    """A one-warp team up to 32 × 8 values, two warps beyond; one chunk up to 64 × 8,
+    two beyond (the second re-read first)."""
+    fits_or_refused("online", n, True, threads=T)
+
+
+def test_onchip_at_its_limit():
+    """A row of 6 values a thread needs a stride of 7 (one of padding): 7 × 64 × 4 bytes."""
+    assert onchip.stride_for(6 * T, T, 1) == 7
+    assert onchip.stride_for(7 * T + 1, T, 1) == 9
+    strided = lambda d: d[:, ::-1]  # noqa: E731 — width 1: one value per thread a step
+    need = 7 * T * 4
+    fits_or_refused("onchip", 6 * T, False, threads=T, shared=need - 1, view=strided)
+    fits_or_refused("onchip", 6 * T, True, threads=T, shared=need, view=strided)
+
+
+# --- precision ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("method", ["online", "onchip"])
+def test_long_float16_rows_accumulate_in_float32(method):
+    """2500 values near the max: ℓ ≈ 2500, which float16 cannot count past 2048 (its
+    spacing there is 2) — a float16 accumulator would give p about 20 % too large."""
+    values = np.random.default_rng().standard_normal((1, 2500)) * 0.05
+    x, exact = stored(values, "float16")
+    check(run(method, "softmax", x, "float16", threads=T), exact, "softmax", "float16")
+
+
+@pytest.mark.parametrize("method", list(methods.KERNELS))
+def test_log_softmax_beyond_exp_underflow(method):
+    """exp(−200) is 0 in float32: log(softmax) would give −inf where log_softmax is
+    finite (x − m − log ℓ)."""
+    values = np.random.default_rng().standard_normal((1, 70))
+    values[0, 5:40] -= np.linspace(100, 3000, 35)
+    x, exact = stored(values, "float32")
+    got = run(method, "log_softmax", x, "float32")
+    assert np.isfinite(got).all()
+    check(got, exact, "log_softmax", "float32")
+
+
+# --- special values, in negative-stride and stepped views ------------------------------
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("method", list(methods.KERNELS))
+def test_special_values_across_boundaries_in_strided_views(method, dtype):
+    """Rows reversed and read backwards (negative strides: scalar loads), written into
+    every other column of a wider output; −inf where warps and chunks meet, a row of
+    −inf, NaN at the ragged end with +inf in another warp — softmax and logsumexp, and
+    log_softmax for one kernel (its per-element formula is the epilogue every kernel
+    shares; its row path is softmax's)."""
+    if dtype == "bfloat16" and method != "online":
+        pytest.skip("bfloat16 specials (its NaN and inf bits): one kernel suffices")
+    rows, n, config = case(method, "float32")
+    if method != "fused":
+        config = dict(config, vpt=1)  # width 1 here: one value per thread a step
+    rng = np.random.default_rng()
+    values = rng.standard_normal((3, n)) * 3
+    values[0, [T - 1, T, 2 * T - 1, 2 * T]] = -np.inf
+    values[1] = -np.inf
+    values[2, n - 1], values[2, T + 3] = np.nan, np.inf
+    x, exact = stored(values, dtype)
+    flip = lambda d: d[::-1, ::-1]  # noqa: E731
+    for mode in ("softmax", "logsumexp") + (("log_softmax",) if method == "online" else ()):
+        cols = 1 if mode == "logsumexp" else n
+        out = ((3, 2 * cols), lambda a: a[:, ::2])
+        got = run(method, mode, x[::-1, ::-1], dtype, view=flip, out_view=out, **config)
+        check(got, exact, mode, dtype)
+
+
+# --- the group's exchange ----------------------------------------------------------------
+def test_group_of_three_blocks_with_rows_in_turn():
+    """Three blocks per row, a single group taking three rows in turn (the alternating
+    workspace slots), every block holding one chunk and streaming a spilled share."""
+    chunk = T * 4
+    rows, n = 3, 4 * chunk + 4  # 3 chunks held; blocks 0 and 1 stream one more each
+    shared = (chunk + 2 * T) * 4
+    x = (np.random.default_rng().standard_normal((rows, n)) * 3).astype(np.float32)
+    d = cuda.to_device(x)
+    plan = group.configure(d, d, MODES["softmax"], threads=T, vpt=4, blocks=3, shared=shared)
+    assert (plan.size, plan.groups, plan.piece, plan.spill) == (3, 1, chunk, chunk)
+    check(run("group", "softmax", x, "float32", threads=T, vpt=4, blocks=3, shared=shared),
+          x.astype(np.float64), "softmax", "float32")
+
+
+def test_split_row_arithmetic():
+    """Pure: the fewest blocks that hold a row, pieces in whole units, spill only past
+    the chip, no more groups than rows."""
+    # 8 rows of 10 units, 3 units a block, 12 blocks: 3 groups of 4 would take 3 waves of
+    # 3 units, 2 groups of 5 take 4 waves of 2 — fewer units a block in all (8 < 9)
+    assert group.split_row(8, 1000, 100, 300, 12) == (5, 2, 200, 0)
+    size, groups, piece, spill = group.split_row(1, 10_000, 100, 300, 12)
+    assert (size, groups, piece) == (12, 1, 300) and size * (piece + spill) >= 10_000
+    assert group.split_row(1, 250, 100, 300, 12) == (3, 1, 100, 0)  # few rows: spread
+    for rows, n in [(1, 1), (5, 7), (3, 999), (100, 20_000)]:
+        size, groups, piece, spill = group.split_row(rows, n, 64, 640, 8)
+        assert size * groups <= 8 and groups <= rows and piece % 64 == 0 and spill % 64 == 0
+        assert size * (piece + spill) >= n and piece <= 640
+
+
+def test_cooperative_blocks_meet_in_the_simulator():
+    """The emulation: three blocks of a cooperative kernel run at once; a grid sync
+    orders one block's write before another's read, and the group barrier does too,
+    many times over (its counter only grows)."""
+    from numba_softmax import _sim
+    from numba_softmax.kernels import jit
+    from numba_softmax.kernels.sync import group_barrier
+
+    @jit.kernel
+    def ring(out, counters, rounds):
+        cuda.cg.this_grid()
+        b, t = cuda.blockIdx.x, cuda.threadIdx.x
+        board = cuda.shared.array(1, np.int64)  # one per block, as on the GPU
+        if t == 0:
+            board[0] = b
+        for r in range(rounds):
+            if t == 0:
+                out[r, b] = board[0] * 10 + r
+            group_barrier(counters, 0, cuda.gridDim.x)
+            if t == 0:
+                board[0] = out[r, (b + 1) % cuda.gridDim.x] // 10  # the next block's
+            cuda.cg.this_grid().sync()
+
+    _sim.cooperative(ring)
+    out = cuda.to_device(np.zeros((4, 3), np.int64))
+    counters = cuda.to_device(np.zeros(1, np.int64))
+    launcher.launch(ring, 3, 32, 0, (out, counters, 4))
+    got = out.copy_to_host()
+    want = np.array([[(b + r) % 3 * 10 + r for b in range(3)] for r in range(4)])
+    np.testing.assert_array_equal(got, want)
+    assert counters.copy_to_host()[0] == 12
+
+
+# --- launch configurations, host only ----------------------------------------------------
+SHAPES = [(1, 1), (37, 7), (199, 760), (5, 1128), (3, 5000), (2, 70_000), (1, 300_000)]
+
+
+@pytest.mark.parametrize("limit", [256, 96])
+def test_no_launch_exceeds_the_kernels_thread_limit(monkeypatch, limit):
+    """With ``max_threads`` mocked to return ``limit`` (a kernel whose registers allow
+    only that many), every method × dtype × shape launches blocks of at most that many
+    threads (a power of two: teams divide blocks), grids that cover every row, and a
+    cooperative grid no larger than the device holds at once."""
+    launches = []
+    limits = launcher.Limits("an H100", sms=132, max_threads=1024, shared_optin=232448,
+                             shared_per_sm=233472, l2_bytes=50 << 20)
+    monkeypatch.setattr(launcher, "device_limits", lambda: limits)
+    monkeypatch.setattr(launcher, "max_threads", lambda k, a: limit)
+    monkeypatch.setattr(launcher, "max_cooperative_blocks", lambda k, a, b, s=0: 10)
+    monkeypatch.setattr(launcher, "launch", lambda k, g, b, s, a, shared=0:
+                        launches.append((k, g, b, a, shared)))
+    for dtype in (np.float16, np.uint16, np.float32, np.float64):
+        for rows, n in SHAPES:
+            x = cuda.device_array((rows, n), dtype)
+            for mode in (0, 2):
+                y = cuda.device_array((rows, n if mode != LOGSUMEXP else 1), dtype)
+                for method in methods.KERNELS:
+                    launches.clear()
+                    try:
+                        methods.launch(method, mode, x, y)
+                    except ValueError as e:  # a row too long for fused / onchip
+                        assert method in ("fused", "onchip") and "chip" in str(e)
+                        continue
+                    assert launches, method
+                    for k, grid, block, args, shared in launches:
+                        assert block <= limit and block & (block - 1) == 0, (method, block)
+                        assert shared <= limits.shared_optin
+                        if method in ("three_pass", "online"):
+                            team = args[2]
+                            assert block % team == 0 and grid * (block // team) >= rows
+                        if method == "group":
+                            assert grid <= 10 and grid % args[2] == 0  # whole groups
+
+
+def test_auto_chooses_by_row_bytes():
+    lim = launcher.Limits("some GPU", sms=100, max_threads=1024, shared_optin=227 * 1024,
+                          shared_per_sm=228 * 1024, l2_bytes=50 << 20)
+    assert methods.choose(1000, 8192, np.float32, lim) == "fused"
+    assert methods.choose(1000, 16384, np.float16, lim) == "fused"
+    assert methods.choose(1000, 16384, np.float32, lim) == "onchip"
+    assert methods.choose(10, 16384, np.float32, lim) == "group"  # too few rows for the SMs
+    assert methods.choose(1000, 65536, np.float32, lim) == "group"
+    entry = methods.fit_crossovers(
+        [dict(n=n, itemsize=4, rows=1, method=m, gbps=g)
+         for n, m, g in [(1024, "fused", 9), (1024, "online", 8), (8192, "fused", 9),
+                         (16384, "onchip", 9), (16384, "fused", 8), (65536, "group", 9)]])
+    assert entry == {"fused": 32768, "onchip": 65536}
+
+
+def test_bad_arguments_are_refused():
+    x = cuda.device_array((2, 3), np.float32)
+    with pytest.raises(ValueError, match="method"):
+        methods.launch("magic", 0, x, x)
+    with pytest.raises(ValueError, match=r"\(2, 1\)"):
+        methods.launch("online", LOGSUMEXP, x, x)
+    with pytest.raises(TypeError, match="float32"):
+        methods.launch("online", 0, x, cuda.device_array((2, 3), np.float64))
+    with pytest.raises(TypeError, match="int32"):
+        methods.launch("online", 0, cuda.device_array((2, 3), np.int32), x)
+
+
+@pytest.mark.skipif(SIMULATOR, reason="the GPU's own launch limits (the matrix above runs here)")
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("method", list(methods.KERNELS))
+def test_default_launch_on_the_gpu(method, dtype, layout):
+    """Every method × dtype × layout with the launch it chooses itself — the block sizes
+    the compiled kernel allows (a float64 kernel launched with 1024 threads failed with
+    CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, issue 11) — for every mode."""
+    values = np.random.default_rng().standard_normal((37, 2 * 1128)) * 3
+    x, exact = stored(values, dtype)
+    view = (lambda a: a[::-1, ::2]) if layout == "strided" else (lambda a: a[:, :1128])
+    for mode in REFS:
+        check(run(method, mode, x, dtype, view=view), view(exact), mode, dtype)
+
+
+@pytest.mark.skipif(SIMULATOR, reason="GPU sizes: the whole chip")
+@pytest.mark.parametrize("n", [16384, 65536, 1 << 20])
+def test_long_rows_on_the_gpu(n):
+    rows = sized(1, max(1, (1 << 22) // n))
+    x = np.random.default_rng().standard_normal((rows, n)).astype(np.float32)
+    for method in ("onchip", "group", "online", "split"):
+        if method == "onchip" and n * 4 > launcher.device_limits().shared_optin - 1024:
+            continue
+        check(run(method, "softmax", x, "float32"), x.astype(np.float64), "softmax", "float32")
+
+
+def test_traffic_models():
+    h100 = launcher.Limits("an H100", sms=132, max_threads=1024, shared_optin=232448,
+                           shared_per_sm=233472, l2_bytes=50 << 20)
+    assert methods.traffic("fused", 3, 10, 4) == 240
+    assert methods.traffic("three_pass", 3, 10, 4) == 480
+    assert math.isclose(methods.traffic("online", 1, 1, 2), 6)
+    # 1 × 16M float32: 264 blocks hold 26 624 values each (104 KB); the rest is read twice
+    held = 264 * 26624
+    assert group.held_per_row(1, 1 << 24, 4, h100) == held
+    assert methods.traffic("group", 1, 1 << 24, 4, h100) == (2 * (1 << 24) + (1 << 24) - held) * 4
+    assert methods.traffic("group", 128, 1 << 20, 4, h100) == 2 * 128 * (1 << 20) * 4
