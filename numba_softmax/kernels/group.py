@@ -150,17 +150,12 @@ def split_row(rows, n, unit, capacity, blocks):
     return size, groups, held * unit, spilled * unit
 
 
-_COUNTERS = {}
-
-
 def counters(size, groups, stream):
-    """The groups' barrier counters: one set per stream and group size, never reset
-    (:mod:`.sync`: each only ever holds multiples of its group's size between launches)."""
-    key = (split.stream_key(stream), size)
-    ctr = _COUNTERS.get(key)
-    if ctr is None or ctr.shape[0] < groups:
-        ctr = _COUNTERS[key] = cuda.to_device(np.zeros(max(groups, 64), np.int64), stream=stream)
-    return ctr
+    """The groups' barrier counters: one set per stream and group size, zeros when made and
+    never reset (:mod:`.sync`: each only ever holds multiples of its group's size between
+    launches); a :func:`.launcher.workspace`."""
+    return launcher.workspace(f"group counters {size}", max(groups, 64), np.int64, stream,
+                              zeroed=True)
 
 
 def configure(x, y, mode, threads=None, vpt=None, shared=None, blocks=None, stream=0):

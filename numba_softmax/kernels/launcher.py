@@ -159,11 +159,12 @@ _WORKSPACES = {}
 _WS_LOCK = threading.Lock()
 
 
-def workspace(tag, n, dtype, stream=0):
+def workspace(tag, n, dtype, stream=0, zeroed=False):
     """A flat device buffer of at least ``n`` values of ``dtype``, kept per (tag, dtype,
     stream) and grown as needed: scratch that outlives calls (a cudaMalloc per call would
     cost more than a small kernel), one per stream because two streams running at once
-    must not share it.  Launch plans may point at these (and keep them alive)."""
+    must not share it.  Launch plans may point at these (and keep them alive).
+    ``zeroed``: a new buffer starts as zeros (counters that kernels keep consistent)."""
     from numba import cuda
 
     try:
@@ -173,7 +174,12 @@ def workspace(tag, n, dtype, stream=0):
     key = (tag, str(dtype), handle)
     buf = _WORKSPACES.get(key)
     if buf is None or buf.shape[0] < n:
-        buf = cuda.device_array(max(n, 4096), dtype=dtype, stream=stream)
+        if zeroed:
+            import numpy as np
+
+            buf = cuda.to_device(np.zeros(max(n, 4096), dtype=dtype), stream=stream)
+        else:
+            buf = cuda.device_array(max(n, 4096), dtype=dtype, stream=stream)
         with _WS_LOCK:
             _WORKSPACES[key] = buf
     return buf

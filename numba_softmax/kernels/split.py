@@ -91,29 +91,13 @@ def kernels(dtype, vpt, mode, width):
     return piece_states, normalise
 
 
-_WORKSPACES = {}
-
-
-def stream_key(stream):
-    """A hashable name for a stream: its handle (the simulator's streams have none)."""
-    try:
-        return int(stream) if stream else 0  # a Numba stream's int() is its handle
-    except TypeError:
-        return id(stream)
-
-
 def workspace(rows, splits, dtype, stream):
-    """The (m, ℓ) workspace, allocated once per stream and dtype and grown as needed:
-    a cudaMalloc per call would cost more than the kernels on small inputs.  One per
-    stream, because two streams running at once must not share it (the group kernel
-    uses it too, :mod:`.group`)."""
-    key = (dtype, stream_key(stream))
-    need = 2 * rows * splits
-    buf = _WORKSPACES.get(key)
-    if buf is None or buf.shape[0] < need:
-        buf = _WORKSPACES[key] = cuda.device_array(max(need, 4096), dtype=dtype, stream=stream)
+    """The (m, ℓ) workspace of (rows, splits) states: a :func:`.launcher.workspace`, kept
+    per stream and dtype and grown as needed (a cudaMalloc per call would cost more than
+    the kernels on small inputs; the group kernel uses it too, :mod:`.group`)."""
+    buf = launcher.workspace("split states", 2 * rows * splits, dtype, stream)
     return (buf[: rows * splits].reshape(rows, splits),
-            buf[rows * splits : need].reshape(rows, splits))
+            buf[rows * splits : 2 * rows * splits].reshape(rows, splits))
 
 
 class Plan(NamedTuple):

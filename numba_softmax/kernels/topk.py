@@ -195,23 +195,13 @@ def check_row(n, k):
         raise ValueError(f"rows of at most 2**31 - 2 values (int32 indices on chip); got {n}")
 
 
-_WORKSPACES = {}
-
-
 def workspace(rows, splits, k, acc_dtype, stream):
-    """The piece states (values, indices, m, ℓ) of (rows, splits): kept per stream and dtype
-    and grown as needed (a cudaMalloc per call would cost more than the kernels)."""
-    try:
-        handle = int(stream) if stream else 0  # a Numba stream's int() is its handle
-    except TypeError:
-        handle = id(stream)  # the simulator's streams have none
-    key = (np.dtype(acc_dtype), handle)
+    """The piece states (values, indices, m, ℓ) of (rows, splits): carved from
+    :func:`.launcher.workspace` buffers kept per stream and dtype (a cudaMalloc per call
+    would cost more than the kernels)."""
     need = rows * splits * (k + 2)
-    bufs = _WORKSPACES.get(key)
-    if bufs is None or bufs[0].shape[0] < need:
-        size = max(need, 1 << 16)
-        bufs = _WORKSPACES[key] = (cuda.device_array(size, acc_dtype, stream=stream),
-                                   cuda.device_array(size, np.int32, stream=stream))
+    bufs = (launcher.workspace("topk states", need, np.dtype(acc_dtype), stream),
+            launcher.workspace("topk indices", need, np.int32, stream))
     f, i = bufs
     a, b = rows * splits * k, rows * splits
     return (f[:a].reshape(rows, splits, k), i[:a].reshape(rows, splits, k),
