@@ -82,6 +82,34 @@ def _syncwarp(self, mask=0xFFFFFFFF):
     _warp_of(threading.current_thread()).barrier.wait()
 
 
+def _locked_shared_array(array):
+    """The simulator finds a block's static shared array by the source line that declares
+    it, with a look-up-then-insert that two threads can interleave: each then holds an
+    array of its own.  The same look-up, under a lock: every thread gets the same array."""
+    import sys
+
+    import numpy as np
+
+    def shared_array(self, shape, dtype, alignment=None):
+        if shape == 0 or alignment is not None:  # dynamic: one buffer, no look-up
+            return array(self, shape, dtype, alignment)
+        from numba.cuda import types
+        from numba.cuda.np import numpy_support
+
+        if isinstance(dtype, types.Type):
+            dtype = numpy_support.as_dtype(dtype)
+        frame = sys._getframe(1)
+        caller = (frame.f_code.co_filename, frame.f_lineno)
+        with _lock:
+            res = self._allocations.get(caller)
+            if res is None:
+                res = self._allocations[caller] = np.empty(shape, dtype)
+        return res
+
+    shared_array.locked = True
+    return shared_array
+
+
 def install():
     """Add the missing warp primitives to the simulator's fake ``cuda`` module (idempotent).
 
@@ -91,10 +119,12 @@ def install():
     """
     import sys
 
-    from numba.cuda.simulator.kernelapi import FakeCUDAModule
+    from numba.cuda.simulator.kernelapi import FakeCUDAModule, FakeCUDAShared
 
     sys.setswitchinterval(min(sys.getswitchinterval(), 0.0005))
     if not hasattr(FakeCUDAModule, "shfl_xor_sync"):
         FakeCUDAModule.shfl_xor_sync = _shfl_xor_sync
     if not hasattr(FakeCUDAModule, "syncwarp"):
         FakeCUDAModule.syncwarp = _syncwarp
+    if not getattr(FakeCUDAShared.array, "locked", False):
+        FakeCUDAShared.array = _locked_shared_array(FakeCUDAShared.array)

@@ -6,12 +6,14 @@ reference side by side.
 
 from .attention import (
     attention,
+    attention_varlen,
     flash_attention,
     merge_attention,
     split_kv_attention,
     update_out_and_lse,
     visible,
 )
+from .paged import append_kv, gather_kv, paged_attention
 from .softmax import (
     chunk_softmax,
     log_softmax,
@@ -36,6 +38,10 @@ __all__ = [
     "merge_chunks_lse",
     "update_out_and_lse",
     "attention",
+    "attention_varlen",
+    "paged_attention",
+    "gather_kv",
+    "append_kv",
     "flash_attention",
     "split_kv_attention",
     "merge_attention",

@@ -1,0 +1,166 @@
+"""The two folds at the end of the decode kernel (:mod:`.decode`): across the warps of a
+block, and across the Z blocks (splits) of a K/V head — both the combiner over (m, ℓ, O).
+
+``fold_warps``: every warp holds, per query row, a state (m, ℓ, O) over its keys (O in
+the lanes of one key slot, 8 columns a lane).  They meet in shared memory; one thread per
+row folds the W pairs (m, ℓ) into the row's (m, ℓ) and leaves each warp's factor
+exp(m_w − m)/ℓ; then every thread forms output columns Σ_w factor_w·O_w.  The result is
+normalised: with one split it is the answer (o, lse); with Z splits it is the partial
+(O_z, LSE_z), written to the float32 workspace.
+
+``fold_splits`` (run by the last block of the Z to finish, see :mod:`.decode`): an
+(O_z, LSE_z) pair is the state (m = LSE_z, ℓ = 1, O_z), so the same fold again, over z::
+
+    m = max_z LSE_z,   ℓ = Σ_z exp(LSE_z − m),   O = Σ_z exp(LSE_z − m)·O_z / ℓ
+
+Every LSE_z is read at once (one thread per (z, row)), then each thread takes 4 output
+columns of a row and reads the Z partials of them four splits at a time (16-byte loads,
+4 in flight) — the merge is a few round trips to L2, not Z of them.
+"""
+
+import functools
+import math
+
+from numba import cuda
+
+from ..combine import larger_device as nan_max
+from ..combine import lse_device, weight_device
+from . import jit, tileio
+from .jit import accumulator
+
+MAX_SPLITS = 64
+EPL = 8  # output columns per lane in the decode kernel
+
+
+def _row(pr, hk, group):
+    """Packed row pr of K/V head hk → (query head, query index)."""
+    return hk * group + pr % group, pr // group
+
+
+row_of = jit.device(_row)
+
+
+@functools.cache
+def fold_warps(dtype, lanes_per_key, dv, rows, warps):
+    acc = accumulator(dtype)
+    store_o = jit.storer(dtype)
+    RB, W, LPK = rows, warps, lanes_per_key
+    DVP = LPK * EPL  # columns the lanes of a key slot cover
+    N_STATE, THREADS = W * RB, 32 * warps
+
+    @jit.device
+    def fold(m, l, ov, t, o, lse, o_ws, lse_ws, z, splits, b, hk, group, pr0, n_rows):
+        tid = cuda.threadIdx.x
+        warp, lane = tid >> 5, tid & 31
+        f_s = cuda.shared.array(N_STATE, acc)  # m of each warp's rows, then its factor
+        l_s = cuda.shared.array(N_STATE, acc)
+        row_l = cuda.shared.array(RB, acc)
+        o_s = cuda.shared.array(0, acc)  # W·RB·DVP: each warp's O
+        if lane < LPK:  # the warp's state sits in its first key slot
+            for r in range(RB):
+                if t == 0:
+                    f_s[warp * RB + r], l_s[warp * RB + r] = m[r], l[r]
+                for c in range(EPL):
+                    o_s[(warp * RB + r) * DVP + t * EPL + c] = ov[r * EPL + c]
+        cuda.syncthreads()  # every warp's state is in shared memory
+        if tid < RB:  # one thread per row: (m, ℓ) of the block, and each warp's factor
+            mx = acc(-math.inf)
+            for w in range(W):
+                mx = nan_max(f_s[w * RB + tid], mx)
+            lt = acc(0.0)
+            for w in range(W):
+                lt += l_s[w * RB + tid] * weight_device(f_s[w * RB + tid], mx)
+            inv = acc(1.0) / lt if lt != acc(0.0) else acc(0.0)
+            for w in range(W):
+                f_s[w * RB + tid] = weight_device(f_s[w * RB + tid], mx) * inv
+            row_l[tid] = lt
+            pr = pr0 + tid
+            if pr < n_rows:
+                h, i = row_of(pr, hk, group)
+                if splits == 1:
+                    lse[b, h, i] = lse_device(mx, lt)
+                else:
+                    lse_ws[z * o.shape[0] + b, h, i] = lse_device(mx, lt)
+        cuda.syncthreads()  # the factors are ready
+        for idx in range(tid, RB * dv, THREADS):
+            r = idx // dv
+            c, pr = idx - r * dv, pr0 + r
+            if pr < n_rows:
+                x = acc(0.0)
+                for w in range(W):
+                    x += f_s[w * RB + r] * o_s[(w * RB + r) * DVP + c]
+                if row_l[r] == acc(0.0):
+                    x = acc(0.0)  # the rows saw no key: O = 0, chosen (0·NaN is NaN)
+                h, i = row_of(pr, hk, group)
+                if splits == 1:
+                    o[b, h, i, c] = store_o(x)
+                else:
+                    o_ws[z * o.shape[0] + b, h, i, c] = x
+
+    return fold
+
+
+@functools.cache
+def fold_splits(dtype, dv, rows, warps):
+    acc = accumulator(dtype)
+    store_o = jit.storer(dtype)
+    RB, THREADS = rows, 32 * warps
+    NC = -(-dv // 4)  # 4-column chunks of a row (the workspace rows are padded to 4·NC)
+    ZR = MAX_SPLITS * RB
+    load4 = tileio.global_load(4)
+
+    @jit.device
+    def fold(o_ws, lse_ws, o, lse, splits, b, hk, group, pr0, n_rows):
+        tid = cuda.threadIdx.x
+        n_b = o.shape[0]
+        f_s = cuda.shared.array(ZR, acc)  # LSE_z of each (z, row), then its factor
+        l_s = cuda.shared.array(RB, acc)
+        for idx in range(tid, splits * RB, THREADS):  # every LSE_z at once
+            z = idx // RB
+            pr = pr0 + idx - z * RB
+            f_s[idx] = acc(-math.inf)
+            if pr < n_rows:
+                h, i = row_of(pr, hk, group)
+                f_s[idx] = lse_ws[z * n_b + b, h, i]
+        cuda.syncthreads()  # all LSE_z are in shared memory
+        if tid < RB:  # one thread per row: (m, ℓ) over z, and each split's factor
+            mx = acc(-math.inf)
+            for z in range(splits):
+                mx = nan_max(f_s[z * RB + tid], mx)
+            lt = acc(0.0)
+            for z in range(splits):
+                lt += weight_device(f_s[z * RB + tid], mx)
+            inv = acc(1.0) / lt if lt != acc(0.0) else acc(0.0)
+            for z in range(splits):
+                f_s[z * RB + tid] = weight_device(f_s[z * RB + tid], mx) * inv
+            l_s[tid] = lt
+            pr = pr0 + tid
+            if pr < n_rows:
+                h, i = row_of(pr, hk, group)
+                lse[b, h, i] = lse_device(mx, lt)
+        cuda.syncthreads()  # the factors are ready
+        x4 = cuda.local.array(4, acc)
+        buf = cuda.local.array(16, acc)
+        for idx in range(tid, RB * NC, THREADS):
+            r = idx // NC
+            c, pr = (idx - r * NC) * 4, pr0 + r
+            if pr < n_rows:
+                h, i = row_of(pr, hk, group)
+                for e in range(4):
+                    x4[e] = acc(0.0)
+                zz = 0
+                while zz < splits:  # four splits at a time: four 16-byte loads in flight
+                    for u in range(4):
+                        if zz + u < splits:
+                            load4(o_ws, (zz + u) * n_b + b, h, i, c, buf, 4 * u)
+                    for u in range(4):
+                        if zz + u < splits:
+                            f = f_s[(zz + u) * RB + r]
+                            for e in range(4):
+                                x4[e] += f * buf[4 * u + e]
+                    zz += 4
+                for e in range(4):
+                    if c + e < dv:
+                        o[b, h, i, c + e] = store_o(x4[e] if l_s[r] != acc(0.0) else acc(0.0))
+
+    return fold
