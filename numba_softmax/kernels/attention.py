@@ -63,16 +63,17 @@ import math
 import numpy as np
 from numba import cuda, int64
 
-from ..combine import larger_device as nan_max
-from ..combine import lse_device, weight_device
+from ..combine import lse_device
 from . import jit, launcher, tileio, workspace
 from . import visible as vis
 from .flash_tiles import (GROUP, check_tiles, fit_tiles, layout, shared_bytes,  # noqa: F401
                           split_rows, stager)
 from .jit import accumulator
+from .ptx import nan_max
 
 FULL_MASK = 0xFFFFFFFF
 MAX_HEAD_DIM = 128
+LOG2E, LN2 = 1.0 / math.log(2.0), math.log(2.0)
 
 
 def check_head_dims(d, dv):
@@ -99,6 +100,7 @@ def kernel(dtype, d, dv, block_q, block_k, rows_per_lane=None, width=1, out_dtyp
     stage_k = stager(dtype, THREADS, BC, d, DP, width)
     stage_v = stager(dtype, THREADS, BC, dv, DVP, width)
     load4, load_v = tileio.shared_load(4), tileio.shared_load(VV)
+    store1 = tileio.shared_store(1)
     N_O, N_S, N_A = RPL * NPL, RPL * CPL, 4 * RPL  # register tile sizes
 
     @jit.kernel
@@ -131,11 +133,11 @@ def kernel(dtype, d, dv, block_q, block_k, rows_per_lane=None, width=1, out_dtyp
         z0 = cuda.blockIdx.y * kv_chunk
         lo, hi = vis.key_range(i0, i_last, shift, left, right, z0, min(sk, z0 + kv_chunk))
         row0 = warp * 4 * RPL  # this warp's first row in the tile
-        sc, one, zero = acc(scale), acc(1.0), acc(0.0)
+        sc, one, zero, ln2 = acc(scale * LOG2E), acc(1.0), acc(0.0), acc(LN2)
         neg_inf = acc(-math.inf)
 
         smem = cuda.shared.array(0, acc)  # Q_i, K_j, V_j, P at the offsets of the layout
-        stage_q(smem, L.q0, q, ab, h, q_start + i0, q_start + sq, sc)  # Q_i·scale
+        stage_q(smem, L.q0, q, ab, h, q_start + i0, q_start + sq, sc)  # Q_i·scale·log2 e
 
         m = cuda.local.array(RPL, acc)  # the state (m, ℓ, O) of the lane's rows
         l = cuda.local.array(RPL, acc)  # ℓ over this lane's columns only (summed at the end)
@@ -184,7 +186,8 @@ def kernel(dtype, d, dv, block_q, block_k, rows_per_lane=None, width=1, out_dtyp
                         if key >= hi or not vis.sees(row, key, shift, left, right):
                             s[i * CPL + jj] = neg_inf
 
-            # the online update of each row's (m, ℓ, O); P → shared memory
+            # the online update of each row's (m, ℓ, O); P → shared memory.  Scores are in
+            # base 2 (Q was scaled by log2 e): exp(s − m) is one ex2 of s − m.
             for i in range(RPL):
                 mx = s[i * CPL]
                 for jj in range(1, CPL):
@@ -194,12 +197,15 @@ def kernel(dtype, d, dv, block_q, block_k, rows_per_lane=None, width=1, out_dtyp
                     mx = nan_max(cuda.shfl_xor_sync(FULL_MASK, mx, offset), mx)
                     offset //= 2
                 m_new = nan_max(mx, m[i])
-                alpha = weight_device(m[i], m_new)  # exp(m − m'), 0 when m = −inf
+                # a row that has seen no key yet (m' = −inf) subtracts 0, not −inf: its
+                # scores are all −inf and weigh 0, and its m stays −inf
+                base = m_new if m_new != neg_inf else zero
+                alpha = math.exp2(m[i] - base)  # exp(m − m'): 0 when m = −inf
                 part = zero
                 for jj in range(CPL):
-                    p = weight_device(s[i * CPL + jj], m_new)  # exp(s − m'), 0 for a masked score
-                    smem[p_row + 4 * i * CP + cg + GROUP * jj] = p
-                    part += p
+                    s[i * CPL + jj] = math.exp2(s[i * CPL + jj] - base)  # P = exp(S − m'): 0 if masked
+                    part += s[i * CPL + jj]
+                    store1(smem, p_row + 4 * i * CP + cg + GROUP * jj, s, i * CPL + jj)
                 l[i] = alpha * l[i] + part
                 m[i] = m_new
                 for jv in range(NPL):
@@ -237,8 +243,8 @@ def kernel(dtype, d, dv, block_q, block_k, rows_per_lane=None, width=1, out_dtyp
                         # O may hold 0·NaN from a NaN in V at a key of weight 0
                         x = o_acc[i * NPL + jv] * inv if lt != zero else zero
                         o[zb, h, q_start + row, col] = store_o(x)
-                if cg == 0:
-                    lse[zb, h, q_start + row] = lse_device(m[i], lt)
+                if cg == 0:  # back to base e: LSE = m·ln 2 + log ℓ
+                    lse[zb, h, q_start + row] = lse_device(m[i] * ln2, lt)
 
     return forward, THREADS
 

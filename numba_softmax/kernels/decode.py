@@ -260,12 +260,9 @@ def run(q, k, v, o, lse, *, paged, table=None, seqlens=None, max_seqlen_k=None,
     packed = n_h // n_kv * sq  # query rows per K/V head
     rows = min(packed, MAX_ROWS)
     n_chunks = -(-packed // rows)
-    warps = 2 if small else WARPS
     lpk, kpw, unroll = lanes(q.dtype, d, dv)
     width = tileio.global_width([q, k, v], (VALUES_PER_LANE, d, dv))
-    dec = kernel(q.dtype, d, dv, rows, warps, bool(paged), width)
     units = n_b * n_kv * n_chunks
-    shared = warps * rows * lpk * VALUES_PER_LANE * 4
     dummy = workspace.dummy
     table = dummy(2, np.int32) if table is None else table
     seqlens = dummy(1, np.int32) if seqlens is None else seqlens
@@ -278,6 +275,13 @@ def run(q, k, v, o, lse, *, paged, table=None, seqlens=None, max_seqlen_k=None,
     def args(kv_chunk, splits):
         return (q, k, v, o, lse, o_ws, lse_ws, tickets, table, seqlens, scale, left, right,
                 kv_chunk, splits, n_chunks, page_shift)
+
+    warps = 2 if small else WARPS
+    dec = kernel(q.dtype, d, dv, rows, warps, bool(paged), width)
+    while 32 * warps > launcher.max_threads(dec, args(0, 1)):  # its registers allow fewer
+        warps //= 2
+        dec = kernel(q.dtype, d, dv, rows, warps, bool(paged), width)
+    shared = warps * rows * lpk * VALUES_PER_LANE * 4
 
     if kv_chunk is not None:
         kv_chunk = int(kv_chunk)
