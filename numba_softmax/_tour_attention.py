@@ -20,7 +20,7 @@ import time
 import numpy as np
 from numba import cuda
 
-from . import _arrays
+from ._sim import simulator_enabled
 from . import reference as R
 from .combine import IDENTITY, combine_output_np, lse_np, weight_np
 from .kernels.attention import fit_tiles
@@ -91,7 +91,7 @@ def _batch(echo, rng, sim):
 def tour_attention(echo=print, seed=2024):
     """Print the attention tour; returns the max errors (row walk, flash, materialised)."""
     rng = np.random.default_rng(seed)
-    sim = _arrays._is_simulator()
+    sim = simulator_enabled()
     echo("   Attention is a softmax over each row of scale·Q Kᵀ, then a weighted sum of V's rows;")
     echo("   FlashAttention keeps each query row's (m, ℓ, O) on chip and never forms Q Kᵀ.")
     e_row = _row_walk(echo, rng)

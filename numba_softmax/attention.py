@@ -1,246 +1,160 @@
 """The public attention API: ``attention`` and ``merge_attention`` on any array kind.
 
-Each call: validate (dtypes, shapes, ``out=``) → see every (..., S, D) array as a 4-D
-(B, H, S, D) device array (:func:`_heads`) → launch → hand the results back as the kind
-of array that came in (NumPy in → NumPy out; CuPy, PyTorch CUDA tensors and Numba device
-arrays → the same kind, on the same device).
-
-The leading axes "..." are folded into two, (B, H), at one split point shared by all
-arrays of a call; CUDA arrays whose strides allow it are read in place (any strides of
-the last two axes; a head axis of stride 0, as from ``expand``, is fine), the others are
-copied once.  Inputs are never written to.
+Each call: a launch plan? replay it (:mod:`.plans`) — else validate every argument →
+see each (..., H, S, D) array as a (B, H, S, D) device array (:mod:`.arrays.heads`) →
+launch → hand the results back as the kind of array that came in (NumPy in → NumPy out;
+CuPy, PyTorch CUDA tensors and Numba device arrays → the same kind, on the same device).
 """
 
 import math
-import operator
+import numbers
 
 import numpy as np
-from numba import cuda
 
-from . import _arrays
+from . import plans
+from .arrays import heads, kinds
+from .arrays.rows import check_alias, check_dtype
 from .kernels import attention as _forward
 from .kernels import decode as _decode
 
 __all__ = ["attention", "merge_attention"]
 
-DTYPES = (np.dtype(np.float16), np.dtype(np.float32))
-LSE_DTYPES = _arrays.FLOAT_DTYPES
+DTYPES = (np.dtype(np.float16), kinds.BFLOAT16, np.dtype(np.float32))
+LSE_DTYPES = kinds.FLOATS
+F32 = np.dtype(np.float32)
 
 
-# --- (..., S, D) arrays as (B, H, S, D) device arrays -----------------------------------
-def _elem_strides(x, kind):
-    desc = _arrays._cai(x, kind)
-    return _arrays._cai_strides(desc, tuple(x.shape), np.dtype(desc["typestr"]).itemsize)
-
-
-def _fold(shape, strides, p, tail):
-    """Element strides of ``shape`` seen as (B, H, *last ``tail`` axes), B = the leading
-    axes before ``p``, H = those from ``p``; None if a group cannot be one strided axis."""
-    lead = len(shape) - tail
-
-    def group(lo, hi):
-        dims = [(shape[i], strides[i]) for i in range(lo, hi) if shape[i] != 1]
-        for (_, st_outer), (s_inner, st_inner) in zip(dims[:-1], dims[1:]):
-            if st_outer != st_inner * s_inner:
-                return None
-        return dims[-1][1] if dims else 0
-
-    sb, sh = group(0, p), group(p, lead)
-    if sb is None or sh is None:
-        return None
-    out = (sb, sh) + tuple(strides[lead:])
-    return out if min(out) >= 0 else None
-
-
-def _heads_shape(shape, p, tail):
-    lead = len(shape) - tail
-    return (math.prod(shape[:p]), math.prod(shape[p:lead])) + tuple(shape[lead:])
-
-
-def _split_point(arrays, kind, n_lead):
-    """The split p of the leading axes into (B, H) under which most of ``arrays`` — pairs
-    (array, tail) — can be viewed in place."""
-    if kind == "numpy" or _arrays._is_simulator():
-        return n_lead
-    strided = [(tuple(x.shape), _elem_strides(x, kind), tail) for x, tail in arrays]
-    scores = [sum(_fold(s, st, p, t) is not None for s, st, t in strided)
-              for p in range(n_lead + 1)]
-    return max(range(n_lead + 1), key=lambda p: (scores[p], p))
-
-
-def _heads(x, kind, p, tail, stream):
-    """A (B, H, *tail) device array reading ``x``: in place when its strides allow,
-    otherwise a contiguous copy (always through the host for NumPy and the simulator)."""
-    shape = tuple(x.shape)
-    shape4 = _heads_shape(shape, p, tail)
-    if kind != "numpy" and not _arrays._is_simulator():
-        itemsize = np.dtype(_arrays._cai(x, kind)["typestr"]).itemsize
-        strides = _fold(shape, _elem_strides(x, kind), p, tail)
-        if strides is not None:
-            return _arrays._device_view(x, kind, shape4, tuple(s * itemsize for s in strides))
-        if kind in ("cupy", "torch"):  # one contiguous copy, made by the array's own library
-            x = _contiguous(x, kind)
-            return _arrays._device_view(x, kind, shape4, _c_strides(shape4, itemsize))
-    host = np.asarray(x.copy_to_host() if kind == "numba" else x)
-    return cuda.to_device(np.ascontiguousarray(host).reshape(shape4), stream=stream)
-
-
-def _contiguous(x, kind):
-    if kind == "cupy":
-        import cupy
-
-        return cupy.ascontiguousarray(x)
-    return x.detach().contiguous()
-
-
-def _c_strides(shape, itemsize):
-    strides, acc = [], itemsize
-    for s in reversed(shape):
-        strides.append(acc)
-        acc *= max(s, 1)
-    return tuple(reversed(strides))
-
-
-def _empty(kind, like, shape, dtype, stream):
-    """A contiguous result buffer of the user's kind (a Numba device array for NumPy)."""
-    dtype = np.dtype(dtype)
-    if kind == "cupy":
-        import cupy
-
-        with cupy.cuda.Device(like.device.id):
-            return cupy.empty(shape, dtype=dtype)
-    if kind == "torch":
-        import torch
-
-        return torch.empty(shape, dtype=getattr(torch, dtype.name), device=like.device)
-    return cuda.device_array(shape, dtype=dtype, stream=stream)
-
-
-def _buffer_heads(buf, kind, p, tail):
-    """The (B, H, *tail) view of a contiguous buffer made by :func:`_empty` (writable)."""
-    shape4 = _heads_shape(tuple(buf.shape), p, tail)
-    if kind in ("numpy", "numba"):
-        return buf.reshape(*shape4)
-    return _arrays._device_view(buf, kind, shape4, _c_strides(shape4, np.dtype(_dtype(buf, kind)).itemsize))
-
-
-def _dtype(x, kind):
-    return _arrays._dtype_of(x, kind)
-
-
-def _give_back(buf, kind, stream):
-    """A result buffer as the user's kind: NumPy results are copied to the host."""
-    if kind != "numpy":
-        return buf
-    host = buf.copy_to_host(stream=stream)
-    if stream:
-        stream.synchronize()  # copy_to_host on a stream is asynchronous
-    return host
-
-
-def _fill(out, result, kind):
-    if kind == "numpy":
-        np.copyto(out, result)
-    elif kind == "torch":
-        out.copy_(result)
-    elif kind == "cupy":
-        out[...] = result
-    else:
-        out.copy_to_device(result)
+# --- validation (all of it before anything is copied or launched) -----------------------
+def _describe_all(named, allowed):
+    """Described arrays by name; one kind for all, each dtype in ``allowed``."""
+    out, first = {}, None
+    for name, x in named.items():
+        d = kinds.describe(x)
+        check_dtype(d, name, allowed[name] if isinstance(allowed, dict) else allowed)
+        if first is not None and d.kind != out[first].kind:
+            raise TypeError(f"{first} and {name} must be the same kind of array, got "
+                            f"{out[first].kind} and {d.kind}")
+        first = first or name
+        out[name] = d
     return out
 
 
-def _overlaps(a, b, kind):
-    ea = _arrays._extent(_arrays._cai(a, kind), tuple(a.shape), np.dtype(_dtype(a, kind)).itemsize)
-    eb = _arrays._extent(_arrays._cai(b, kind), tuple(b.shape), np.dtype(_dtype(b, kind)).itemsize)
-    return not (ea[1] < eb[0] or eb[1] < ea[0])
+def _check_flag(value, name):
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
 
 
-# --- validation ---------------------------------------------------------------------------
-def _check_same_kind(named):
-    kinds = {name: _arrays.check_float(x, name, allowed=allowed)
-             for name, (x, allowed) in named.items()}
-    first = next(iter(kinds))
-    for name, (kind, _) in kinds.items():
-        if kind != kinds[first][0]:
-            raise TypeError(f"{first} and {name} must be the same kind of array, got "
-                            f"{kinds[first][0]} and {kind}")
-    return kinds
+def _check_scale(scale, d):
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
+        raise TypeError(f"scale must be a finite real number or None, got {scale!r}")
+    return float(scale)
 
 
-def _check_out(out, kind, dtype, shape):
-    """``out=``: the same kind and dtype as the inputs and the result's shape (checked
-    before anything runs)."""
-    out_kind = _arrays._kind(out)
-    if out_kind != kind:
-        raise TypeError(f"out must be the same kind of array as the inputs ({kind}), got {out_kind}")
-    out_dtype = _dtype(out, out_kind)
-    if out_dtype != dtype:
-        raise TypeError(f"out has dtype {out_dtype}; the result has dtype {dtype}")
-    if tuple(out.shape) != tuple(shape):
-        raise ValueError(f"out has shape {tuple(out.shape)}; the result has shape {tuple(shape)}")
+def _check_window(window):
+    if window is None:
+        return (-1, -1)
+    try:
+        left, right = window
+        left, right = (int(w) if isinstance(w, numbers.Integral) and not isinstance(w, bool)
+                       else None for w in (left, right))
+    except (TypeError, ValueError):
+        left = right = None
+    if left is None or right is None:
+        raise TypeError(f"window must be None or a pair of ints (left, right), got {window!r}")
+    return (max(left, -1), max(right, -1))
+
+
+def _check_splits(num_splits):
+    if num_splits is None:
+        return None
+    if isinstance(num_splits, bool) or not isinstance(num_splits, numbers.Integral):
+        raise TypeError(f"num_splits must be an integer or None, got {num_splits!r}")
+    if num_splits < 1:
+        raise ValueError(f"num_splits must be >= 1, got {num_splits}")
+    return int(num_splits)
 
 
 def _check_qkv(q, k, v):
-    kinds = _check_same_kind({"q": (q, DTYPES), "k": (k, DTYPES), "v": (v, DTYPES)})
-    (kind, dtype), dk, dv = kinds["q"], kinds["k"][1], kinds["v"][1]
-    if not dtype == dk == dv:
-        raise TypeError(f"q, k and v must have one dtype, got {dtype}, {dk} and {dv}")
-    qs, ks, vs = tuple(q.shape), tuple(k.shape), tuple(v.shape)
+    ds = _describe_all({"q": q, "k": k, "v": v}, DTYPES)
+    dq, dk, dv = ds["q"], ds["k"], ds["v"]
+    if not dq.dtype == dk.dtype == dv.dtype:
+        raise TypeError(f"q, k and v must have one dtype, got {dq.dtype}, {dk.dtype} and {dv.dtype}")
+    qs, ks, vs = dq.shape, dk.shape, dv.shape
     if len(qs) < 2 or len(ks) != len(qs) or len(vs) != len(qs):
         raise ValueError(f"q, k and v need the same rank >= 2 (..., S, D), got shapes "
                          f"q {qs}, k {ks}, v {vs}")
-    if qs[:-2] != ks[:-2]:
-        raise ValueError(f"q {qs} and k {ks} must have the same leading dimensions")
     if ks[:-2] != vs[:-2]:
         raise ValueError(f"k {ks} and v {vs} must have the same leading dimensions")
+    if qs[:-3] != ks[:-3] or (len(qs) >= 3 and (ks[-3] == 0 or qs[-3] % ks[-3])):
+        raise ValueError(f"q {qs} and k {ks} must have the same leading dimensions, except that "
+                         f"k/v may have fewer heads (axis -3) dividing q's (grouped-query attention)")
     if qs[-1] != ks[-1]:
         raise ValueError(f"q {qs} and k {ks} must have the same head dimension (last axis)")
     if ks[-2] != vs[-2]:
         raise ValueError(f"k {ks} and v {vs} must have the same number of keys (axis -2)")
-    return kind, dtype
+    return dq, dk, dv
 
 
-def _check_splits(num_splits):
-    try:
-        num_splits = operator.index(num_splits)
-    except TypeError:
-        raise TypeError(f"num_splits must be an integer, got {type(num_splits).__name__}") from None
-    if num_splits < 1:
-        raise ValueError(f"num_splits must be >= 1, got {num_splits}")
-    return num_splits
+def _check_out(out, dq, dtype, shape, inputs):
+    d = kinds.describe(out)
+    if d.kind != dq.kind:
+        raise TypeError(f"out must be the same kind of array as the inputs ({dq.kind}), got {d.kind}")
+    if d.dtype != dtype:
+        raise TypeError(f"out has dtype {d.dtype}; the result has dtype {dtype}")
+    if tuple(d.shape) != tuple(shape):
+        raise ValueError(f"out has shape {tuple(d.shape)}; the result has shape {tuple(shape)}")
+    return d
+
+
+def _overlaps_any(d, inputs):
+    """Whether ``out`` shares memory with q, k or v: the kernels read those while they
+    write O, so such an O is written to a buffer first and copied in afterwards."""
+    for x in inputs:
+        try:
+            check_alias(x, d, allow_in_place=False)
+        except ValueError:
+            return True
+    return False
 
 
 # --- the API ------------------------------------------------------------------------------
-def attention(q, k, v, *, causal=False, scale=None, return_lse=False, num_splits=1,
-              out=None, stream=None):
+def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=False,
+              num_splits=1, out=None, stream=None):
     """Scaled dot-product attention, FlashAttention-style: O = softmax(scale·Q Kᵀ) V.
 
     The Sq×Sk score matrix is never formed: one pass over K and V per tile of queries
     keeps each query row's online-softmax state (m, ℓ, O) on chip
-    (:mod:`numba_softmax.kernels.attention`).
+    (:mod:`numba_softmax.kernels.attention`; float16/bfloat16 on tensor cores).
 
     Parameters
     ----------
-    q, k, v : arrays (..., Sq, D), (..., Sk, D), (..., Sk, Dv)
-        The same leading dimensions, the same kind — NumPy, or CUDA arrays (CuPy,
-        PyTorch CUDA tensors, Numba device arrays) — and one dtype, float16 or float32
-        (accumulated in float32).  1 <= D, Dv <= 128.  Never modified.
+    q, k, v : arrays (..., Hq, Sq, D), (..., Hkv, Sk, D), (..., Hkv, Sk, Dv)
+        The same kind — NumPy, or CUDA arrays (CuPy, PyTorch CUDA tensors, Numba device
+        arrays) — and one dtype: float16, bfloat16 (PyTorch) or float32, accumulated in
+        float32.  K and V may have fewer heads than Q (grouped-query attention: query
+        head h reads key/value head h // (Hq // Hkv)); the other leading axes match.
+        Never modified.
     causal : bool
         Query i sees key j iff j <= i + Sk − Sq (aligned bottom-right; PyTorch's
-        ``is_causal`` when Sq == Sk).  A query that sees no key (Sq > Sk) gets O = 0 and
-        LSE = −inf.
+        ``is_causal`` when Sq == Sk).  A query that sees no key gets O = 0, LSE = −inf.
+    window : (left, right) or None
+        Sliding window: query i sees keys i + Sk − Sq − left … i + Sk − Sq + right
+        (−1: unbounded on that side), as flash-attn's ``window_size``; with ``causal``.
     scale : float, optional
         The score scale; default 1/sqrt(D).
     return_lse : bool
-        Also return LSE = log Σ_j exp(scale·q·k_j), shape (..., Sq), float32.
-    num_splits : int
-        1: one block per (batch·head, query tile).  More: split-KV (flash-decoding,
-        :mod:`numba_softmax.kernels.decode`) — the keys are cut into up to ``num_splits``
-        ranges processed by different blocks and merged; for few query rows and long
-        key sequences (decoding).
+        Also return LSE = log Σ_j exp(scale·q·k_j), shape (..., Hq, Sq), float32.
+    num_splits : int or None
+        1: one block per (batch·head, query tile).  More: split-KV (flash-decoding) —
+        the keys are cut into up to ``num_splits`` ranges processed by different blocks
+        and merged; for few query rows and long key sequences.  None: chosen from the
+        shape and the device.
     out : array, optional
-        Where to write O: the same kind and dtype as q, shape (..., Sq, Dv).
+        Where to write O: the same kind and dtype as q, shape (..., Hq, Sq, Dv); it may
+        be q itself (O is then computed into a buffer and copied in).
     stream : Numba stream, CuPy/PyTorch stream, or int handle, optional
         As for :func:`numba_softmax.softmax`.
 
@@ -248,57 +162,87 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False, num_splits
     -------
     O, or (O, LSE) with ``return_lse``.
     """
-    kind, dtype = _check_qkv(q, k, v)
-    num_splits = _check_splits(num_splits)
-    *lead, sq, d = tuple(q.shape)
-    lead = tuple(lead)
-    sk, dv = tuple(k.shape)[-2], tuple(v.shape)[-1]
-    _forward.check_head_dims(d, dv)
-    o_shape, lse_shape = lead + (sq, dv), lead + (sq,)
-    if out is not None:
-        _check_out(out, kind, dtype, o_shape)
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    stream = _arrays.as_stream(stream)
+    stream = kinds.as_stream(stream)
+    options = (causal, window, scale, return_lse, num_splits)
+    plan_key = plans.key(("attention",) + options, (q, k, v, out), stream)
+    plan = plans.find(plan_key)
+    if plan is not None:
+        return plan((q, k, v, out), stream)
+
+    dq, dk, dv = _check_qkv(q, k, v)
+    causal = _check_flag(causal, "causal")
+    return_lse = _check_flag(return_lse, "return_lse")
+    window = _check_window(window)
+    splits = _check_splits(num_splits)
+    *lead, sq, d = dq.shape
+    sk, d_v = dk.shape[-2], dv.shape[-1]
+    scale = _check_scale(scale, d)
+    _forward.check_head_dims(d, d_v)
+    o_shape, lse_shape = tuple(lead) + (sq, d_v), tuple(lead) + (sq,)
+    target = _check_out(out, dq, dq.dtype, o_shape, (dq, dk, dv)) if out is not None else None
+    kind = dq.kind
 
     if math.prod(lead) * sq == 0 or sk == 0:  # nothing to attend to: no kernel
-        o = _arrays._full(kind, q, o_shape, 0.0, dtype)
-        lse = _arrays._full(kind, q, lse_shape, -np.inf, np.dtype(np.float32))
-        o = _fill(out, o, kind) if out is not None else o
+        o = kinds.full(kind, o_shape, 0.0, dq.dtype, like=q)
+        lse = kinds.full(kind, lse_shape, -np.inf, F32, like=q)
+        o = _fill(target, o, stream) if target is not None else o
         return (o, lse) if return_lse else o
 
-    arrays = [(q, 2), (k, 2), (v, 2)] + ([(out, 2)] if out is not None else [])
-    p = _split_point(arrays, kind, len(lead))
-    q4, k4, v4 = (_heads(x, kind, p, 2, stream) for x in (q, k, v))
+    with plans.Recorder(plan_key, (q, k, v, out), stream) as rec:
+        q4, k4, v4 = (heads.view(x, 2, stream) for x in (dq, dk, dv))
+        o4 = None
+        if target is not None and not _overlaps_any(target, (dq, dk, dv)):
+            o4 = heads.out_view(target, 2)
+        o_buf = None
+        if o4 is None:
+            o_buf, o4 = heads.output(kind, o_shape, dq.dtype, q, 2, stream)
+        lse_buf, lse4 = heads.output(kind, lse_shape, F32, q, 1, stream)
+        small = plans.simulator_enabled()
+        extra = {} if window == (-1, -1) else {"window": window}  # interim: kernels gain it
+        if splits == 1:
+            _forward.launch(q4, k4, v4, o4, lse4, causal=causal, scale=scale,
+                            stream=stream, small=small, **extra)
+        else:
+            _decode.launch(q4, k4, v4, o4, lse4, num_splits=splits or 1, causal=causal,
+                           scale=scale, stream=stream, small=small, **extra)
+        if target is not None and o_buf is not None:
+            _fill(target, kinds.to_user(kind, o_buf, stream, dq.dtype), stream)
+        if o_buf is None or target is not None:
+            return rec.done(_LseOnly(kind, return_lse), lse_buf, out=out)
+        return rec.done(_OAndLse(kind, return_lse, dq.dtype), o_buf, lse_buf)
 
-    o_dev = None  # write straight into out= when it can be viewed in place
-    if out is not None and kind != "numpy" and not _arrays._is_simulator():
-        strides = _fold(o_shape, _elem_strides(out, kind), p, 2)
-        if strides is not None and not any(_overlaps(out, x, kind) for x in (q, k, v)):
-            o_dev = _arrays._device_view(out, kind, _heads_shape(o_shape, p, 2),
-                                         tuple(s * dtype.itemsize for s in strides))
-    o_buf = None
-    if o_dev is None:
-        o_buf = _empty(kind, q, o_shape, dtype, stream)
-        o_dev = _buffer_heads(o_buf, kind, p, 2)
-    lse_buf = _empty(kind, q, lse_shape, np.float32, stream)
-    lse_dev = _buffer_heads(lse_buf, kind, p, 1)
 
-    small = _arrays._is_simulator()
-    if num_splits == 1:
-        _forward.launch(q4, k4, v4, o_dev, lse_dev, causal=causal, scale=scale,
-                        stream=stream, small=small)
-    else:
-        _decode.launch(q4, k4, v4, o_dev, lse_dev, num_splits=num_splits, causal=causal,
-                       scale=scale, stream=stream, small=small)
+def _fill(target, result, stream):
+    """Copy a finished O into the user's ``out=`` (described); returns ``out``."""
+    if target.kind == "numpy":
+        np.copyto(target.obj, result)
+        return target.obj
+    from .arrays import layout
 
-    lse = _give_back(lse_buf, kind, stream)
-    if o_buf is None:
-        o = out
-    else:
-        o = _give_back(o_buf, kind, stream)
-        if out is not None:
-            o = _fill(out, o, kind)
-    return (o, lse) if return_lse else o
+    src = kinds.describe(result, target.kind)
+    layout.device_copy(src, src.shape, src.strides, target, target.strides, stream)
+    return target.obj
+
+
+class _OAndLse:
+    """The result of a call without ``out=``: O (and LSE) in the user's kind."""
+
+    def __init__(self, kind, return_lse, dtype):
+        self.kind, self.return_lse, self.dtype = kind, return_lse, dtype
+
+    def __call__(self, o_buf, lse_buf, out=None, stream=0):
+        o = kinds.to_user(self.kind, o_buf, stream, self.dtype)
+        return (o, kinds.to_user(self.kind, lse_buf, stream)) if self.return_lse else o
+
+
+class _LseOnly:
+    """The result of a call with ``out=``: ``out`` (already written), and LSE."""
+
+    def __init__(self, kind, return_lse):
+        self.kind, self.return_lse = kind, return_lse
+
+    def __call__(self, lse_buf, out=None, stream=0):
+        return (out, kinds.to_user(self.kind, lse_buf, stream)) if self.return_lse else out
 
 
 def merge_attention(o_a, lse_a, o_b, lse_b, *, stream=None):
@@ -310,33 +254,36 @@ def merge_attention(o_a, lse_a, o_b, lse_b, *, stream=None):
     merged with the combiner: m = max, ℓ = Σ exp(LSE − m), O = Σ exp(LSE − m)·O / ℓ.
     A side with LSE = −inf weighs exactly 0; both sides empty give O = 0, LSE = −inf.
 
-    ``o_a``, ``o_b``: (..., S, Dv), float16 or float32, one dtype; ``lse_a``, ``lse_b``:
-    (..., S), float; all the same kind.  Returns (o, lse): o in the dtype of ``o_a``,
-    lse float32, the same kind as the inputs.
+    ``o_a``, ``o_b``: (..., S, Dv), float16, bfloat16 or float32, one dtype; ``lse_a``,
+    ``lse_b``: (..., S), float; all the same kind.  Returns (o, lse): o in the dtype of
+    ``o_a``, lse float32, the same kind as the inputs.
     """
-    kinds = _check_same_kind({"o_a": (o_a, DTYPES), "lse_a": (lse_a, LSE_DTYPES),
-                              "o_b": (o_b, DTYPES), "lse_b": (lse_b, LSE_DTYPES)})
-    kind, dtype = kinds["o_a"]
-    if kinds["o_b"][1] != dtype:
-        raise TypeError(f"o_a and o_b must have one dtype, got {dtype} and {kinds['o_b'][1]}")
-    sa, sb = tuple(o_a.shape), tuple(o_b.shape)
+    stream = kinds.as_stream(stream)
+    plan_key = plans.key(("merge_attention",), (o_a, lse_a, o_b, lse_b, None), stream)
+    plan = plans.find(plan_key)
+    if plan is not None:
+        return plan((o_a, lse_a, o_b, lse_b, None), stream)
+    ds = _describe_all({"o_a": o_a, "lse_a": lse_a, "o_b": o_b, "lse_b": lse_b},
+                       {"o_a": DTYPES, "o_b": DTYPES, "lse_a": LSE_DTYPES, "lse_b": LSE_DTYPES})
+    da, db = ds["o_a"], ds["o_b"]
+    if db.dtype != da.dtype:
+        raise TypeError(f"o_a and o_b must have one dtype, got {da.dtype} and {db.dtype}")
+    sa, sb = da.shape, db.shape
     if len(sa) < 2 or sa != sb:
         raise ValueError(f"o_a {sa} and o_b {sb} must have one shape (..., S, Dv)")
-    for name, x in (("lse_a", lse_a), ("lse_b", lse_b)):
-        if tuple(x.shape) != sa[:-1]:
-            raise ValueError(f"{name} has shape {tuple(x.shape)}; with o_a {sa} it must be {sa[:-1]}")
-    stream = _arrays.as_stream(stream)
-    lead = sa[:-2]
+    for name in ("lse_a", "lse_b"):
+        if ds[name].shape != sa[:-1]:
+            raise ValueError(f"{name} has shape {ds[name].shape}; with o_a {sa} it must be {sa[:-1]}")
+    kind = da.kind
     if math.prod(sa[:-1]) == 0:
-        o = _arrays._full(kind, o_a, sa, 0.0, dtype)
-        return o, _arrays._full(kind, o_a, sa[:-1], -np.inf, np.dtype(np.float32))
+        o = kinds.full(kind, sa, 0.0, da.dtype, like=o_a)
+        return o, kinds.full(kind, sa[:-1], -np.inf, F32, like=o_a)
 
-    p = _split_point([(o_a, 2), (lse_a, 1), (o_b, 2), (lse_b, 1)], kind, len(lead))
-    oa4, ob4 = (_heads(x, kind, p, 2, stream) for x in (o_a, o_b))
-    la3, lb3 = (_heads(x, kind, p, 1, stream) for x in (lse_a, lse_b))
-    o_buf = _empty(kind, o_a, sa, dtype, stream)
-    lse_buf = _empty(kind, o_a, sa[:-1], np.float32, stream)
-    _decode.merge_pair_launch(oa4, la3, ob4, lb3, _buffer_heads(o_buf, kind, p, 2),
-                              _buffer_heads(lse_buf, kind, p, 1), stream=stream,
-                              small=_arrays._is_simulator())
-    return _give_back(o_buf, kind, stream), _give_back(lse_buf, kind, stream)
+    with plans.Recorder(plan_key, (o_a, lse_a, o_b, lse_b, None), stream) as rec:
+        oa4, ob4 = (heads.view(ds[n], 2, stream) for n in ("o_a", "o_b"))
+        la3, lb3 = (heads.view(ds[n], 1, stream) for n in ("lse_a", "lse_b"))
+        o_buf, o4 = heads.output(kind, sa, da.dtype, o_a, 2, stream)
+        lse_buf, lse3 = heads.output(kind, sa[:-1], F32, o_a, 1, stream)
+        _decode.merge_pair_launch(oa4, la3, ob4, lb3, o4, lse3, stream=stream,
+                                  small=plans.simulator_enabled())
+        return rec.done(_OAndLse(kind, True, da.dtype), o_buf, lse_buf)

@@ -91,8 +91,9 @@ from functools import partial
 import numpy as np
 from numba import cuda
 
-from . import _arrays
-from .softmax import device_limits, launch_rows, softmax
+from ._sim import simulator_enabled
+from .kernels import launcher, methods
+from .softmax import softmax
 from .kernels.epilogue import SOFTMAX
 
 # --- the sweep ---------------------------------------------------------------------------
@@ -523,7 +524,8 @@ class Bench:
         self.cfg, self.sim = cfg, sim
         self.stream = cuda.stream()
         self.timer = Timer(cfg, self.stream, sim)
-        self.max_threads, self.num_sms = device_limits()
+        limits = launcher.device_limits()
+        self.max_threads, self.num_sms = limits.max_threads, limits.sms
         self.l2 = _l2_bytes(sim)
         self.torch = None if sim else _import("torch")
         self.cupy = None if sim else _import("cupy")
@@ -617,8 +619,7 @@ def bench_softmax(b, m, n, dtype):
 
     for method in KERNEL_METHODS:  # kernel level: launch on pre-made device arrays,
         def enqueue(i, method=method):  # configured as the public call configures it
-            launch_rows(method, SOFTMAX, xs[i], ys[i], stream=b.stream, max_threads=b.max_threads,
-                    num_sms=b.num_sms)
+            methods.launch(method, SOFTMAX, xs[i], ys[i], stream=b.stream)
 
         _try_case(b, f"softmax {method} {m}x{n} {dt.name}", lambda: b.record(
             b.timer.device(enqueue, k), impl=method, level="kernel", array="numba", **row))
@@ -867,7 +868,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    sim = _arrays._is_simulator()
+    sim = simulator_enabled()
     cfg = make_config(args)
     b = Bench(cfg, sim)
     meta = environment(sim)

@@ -33,6 +33,17 @@ def device_kinds():
     return kinds
 
 
+def permuted(arr, order):
+    """A Numba device array viewed with its axes permuted (no copy; Numba's own
+    ``transpose`` takes 2-D arrays only)."""
+    from numba_softmax.arrays import kinds
+
+    if list(order) == sorted(order) or arr.ndim < 2:
+        return arr
+    d = kinds.describe(arr)
+    return kinds.view_of(d, tuple(d.shape[i] for i in order), tuple(d.strides[i] for i in order))
+
+
 def to_host(y):
     """Any array kind's values as a NumPy array."""
     if isinstance(y, np.ndarray):

@@ -13,7 +13,7 @@ from numba_softmax import reference as R
 from numba_softmax.kernels import attention as KA
 from numba_softmax.kernels import decode as KD
 from numba_softmax.kernels import merge as KM
-from numba_softmax.kernels import visible, workspace
+from numba_softmax.kernels import counters, visible
 
 from _attention_data import BF16, F16, F32, check, fresh, poisoned, random, values
 from _helpers import SIMULATOR, sized
@@ -142,11 +142,10 @@ def test_split_choice():
     assert KD.lanes(F16, 128, 128) == (16, 2, 4) and KD.lanes(F32, 64, 64) == (8, 4, 2)
 
 
-def test_workspace_is_reused_and_tickets_start_at_zero():
-    o1, _ = workspace.partials((2, 3, 4), 8)
-    o2, _ = workspace.partials((1, 3, 4), 8)
-    assert o1.shape == (2, 3, 4, 8) and o2.shape == (1, 3, 4, 8)
-    assert np.all(workspace.tickets(5).copy_to_host() == 0)
+def test_partials_and_tickets():
+    o1, lse1 = KD.partials((2, 3, 4), 8, 0)
+    assert o1.shape == (2, 3, 4, 8) and lse1.shape == (2, 3, 4)
+    assert np.all(counters.tickets(5).copy_to_host() == 0)
 
 
 @pytest.mark.skipif(SIMULATOR, reason="GPU only: 70000 (batch, head) pairs")

@@ -10,7 +10,7 @@ from numba import cuda
 
 import numba_softmax as ns
 from numba_softmax import reference as R
-from numba_softmax.kernels import fused, online, split, three_pass
+from numba_softmax.kernels import fused, launcher, online, split, three_pass
 from numba_softmax.kernels.epilogue import MODES
 
 from _helpers import SIMULATOR, sized
@@ -37,7 +37,7 @@ def rng():
 
 
 def fused_fits(n):
-    return n <= fused.max_row(ns.softmax.__globals__["device_limits"]()[0])
+    return n <= fused.max_row(launcher.device_limits().max_threads)
 
 
 def check(func_name, method, x, **kw):

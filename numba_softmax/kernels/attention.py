@@ -64,7 +64,7 @@ import numpy as np
 from numba import cuda, int64
 
 from ..combine import lse_device
-from . import jit, launcher, tileio, workspace
+from . import counters, jit, launcher, tileio
 from . import visible as vis
 from .flash_tiles import (GROUP, check_tiles, fit_tiles, layout, shared_bytes,  # noqa: F401
                           split_rows, stager)
@@ -301,7 +301,7 @@ def launch(q, k, v, o, lse, *, causal=False, window=(-1, -1), scale=None, kv_chu
         cu_q, cu_k = cu_seqlens_q, cu_seqlens_k
     else:
         n_batch, rows = n_b, sq
-        cu_q = cu_k = workspace.dummy(1, np.int32)
+        cu_q = cu_k = counters.placeholder(1, np.int32)
     tiles = -(-rows // block_q)
     blocks = tiles * n_batch * n_h
     if blocks == 0:

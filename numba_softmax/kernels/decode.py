@@ -40,18 +40,20 @@ import math
 import numpy as np
 from numba import cuda, int32, int64
 
-from ..combine import larger_device as nan_max
 from ..combine import weight_device
-from . import jit, launcher, shuffle, tileio, workspace
+from . import counters, jit, launcher, shuffle, tileio
 from . import visible as vis
 from .decode_merge import MAX_SPLITS, fold_splits, fold_warps
 from .jit import accumulator
+from .merge import merge_pair_launch, merge_splits_launch, partials, split_chunk, split_forward  # noqa: F401
+from .ptx import nan_max
 
 FULL_MASK = 0xFFFFFFFF
 VALUES_PER_LANE = 8  # EPL: D-values of a key row each lane reads
 MAX_ROWS = 4  # query rows one block takes (more: further row chunks)
 MAX_HEAD_DIM = 256
 WARPS = 8
+UNROLL = 6  # keys a lane loads at once (more: the compiler stops unrolling, arrays spill)
 
 
 def lanes(dtype, d, dv):
@@ -60,8 +62,7 @@ def lanes(dtype, d, dv):
     lpk = 1
     while lpk < need:
         lpk *= 2
-    unroll = 4 if np.dtype(dtype).itemsize <= 2 else 2
-    return lpk, 32 // lpk, unroll
+    return lpk, 32 // lpk, 4 if np.dtype(dtype).itemsize <= 2 else 2
 
 
 @functools.cache
@@ -125,13 +126,11 @@ def kernel(dtype, d, dv, rows, warps, paged, width):
             else:
                 for c in range(EPL):
                     qv[r * EPL + c] = acc(0.0)
-        sc = acc(scale)
-        for c in range(N_Q):
-            qv[c] *= sc
+        sc = acc(scale)  # applied to the scores: q's loads need not land before the loop starts
         m = cuda.local.array(RB, acc)  # each row's state (m, ℓ, O) over this slot's keys
         l = cuda.local.array(RB, acc)
         ov = cuda.local.array(N_Q, acc)  # O: the lane's 8 columns of each row
-        kb = cuda.local.array(N_KV, acc)
+        kb = cuda.local.array(N_KV, acc)  # U keys' rows of K and V
         vb = cuda.local.array(N_KV, acc)
         s = cuda.local.array(N_S, acc)
         s_o = cuda.local.array(N_S, acc)  # a partner lane's values, in the butterflies
@@ -168,7 +167,7 @@ def kernel(dtype, d, dv, rows, warps, paged, width):
                     x_s = acc(0.0)
                     for c in range(EPL):
                         x_s += qv[r * EPL + c] * kb[u * EPL + c]
-                    s[r * U + u] = x_s
+                    s[r * U + u] = x_s * sc
             offset = LPK // 2
             while offset > 0:  # butterfly: every lane of the key ends with the full sums
                 swap_s(s, s_o, offset)
@@ -263,7 +262,7 @@ def run(q, k, v, o, lse, *, paged, table=None, seqlens=None, max_seqlen_k=None,
     lpk, kpw, unroll = lanes(q.dtype, d, dv)
     width = tileio.global_width([q, k, v], (VALUES_PER_LANE, d, dv))
     units = n_b * n_kv * n_chunks
-    dummy = workspace.dummy
+    dummy = counters.placeholder
     table = dummy(2, np.int32) if table is None else table
     seqlens = dummy(1, np.int32) if seqlens is None else seqlens
     o_ws, lse_ws, tickets = dummy(4, np.float32), dummy(3, np.float32), dummy(1, np.int32)
@@ -295,19 +294,10 @@ def run(q, k, v, o, lse, *, paged, table=None, seqlens=None, max_seqlen_k=None,
     if splits > MAX_SPLITS:
         raise ValueError(f"{splits} splits; at most {MAX_SPLITS}")
     if splits > 1:
-        o_ws, lse_ws = workspace.partials((splits * n_b, n_h, sq), -(-dv // 4) * 4, stream)
-        tickets = workspace.tickets(units, stream)
+        o_ws, lse_ws = partials((splits * n_b, n_h, sq), -(-dv // 4) * 4, stream)
+        tickets = counters.tickets(units, stream)
     launcher.launch(dec, (units * splits,), 32 * warps, stream, args(kv_chunk, splits),
                     shared=shared)
-
-
-def split_chunk(sk, num_splits, block_k):
-    """Keys per split: ⌈Sk / num_splits⌉ rounded up to whole tiles of ``block_k`` keys
-    (the forward kernel's splits).  May give fewer splits than asked."""
-    if num_splits < 1:
-        raise ValueError(f"num_splits must be >= 1, got {num_splits}")
-    chunk = -(-sk // num_splits)
-    return max(block_k, -(-chunk // block_k) * block_k)
 
 
 def launch(q, k, v, o, lse, *, num_splits=None, causal=False, window=(-1, -1), scale=None,
@@ -318,8 +308,8 @@ def launch(q, k, v, o, lse, *, num_splits=None, causal=False, window=(-1, -1), s
     B·Hkv and the device); ``kv_chunk``: ranges of exactly that many keys.
 
     Few query rows per K/V head (≤ MAX_ROWS·8: decoding, speculative decoding) run the
-    decode kernel; more, or tile options, run the forward kernel of :mod:`.attention` on
-    key ranges and :func:`.merge.merge_splits_launch` (two kernels)."""
+    decode kernel; more, or tile options, run the forward kernel on key ranges and then
+    the merge kernel (:func:`.merge.split_forward`)."""
     n_b, n_h, sq, d = q.shape
     n_kv, sk, dv = k.shape[1], k.shape[2], v.shape[3]
     if n_kv < 1 or n_h % n_kv or v.shape[1] != n_kv:
@@ -327,21 +317,9 @@ def launch(q, k, v, o, lse, *, num_splits=None, causal=False, window=(-1, -1), s
                          f"number of heads that divides q's")
     if not 1 <= min(d, dv) <= max(d, dv) <= MAX_HEAD_DIM:
         raise ValueError(f"head dimensions must be between 1 and {MAX_HEAD_DIM}, got D={d}, Dv={dv}")
-    chunks = None if kv_chunk is None else -(-sk // max(int(kv_chunk), 1))
-    if not tile_options and n_h // n_kv * sq <= 8 * MAX_ROWS and (chunks or 0) <= MAX_SPLITS:
+    chunks = 0 if kv_chunk is None else -(-sk // max(int(kv_chunk), 1))
+    if not tile_options and n_h // n_kv * sq <= 8 * MAX_ROWS and chunks <= MAX_SPLITS:
         return run(q, k, v, o, lse, paged=False, num_splits=num_splits, kv_chunk=kv_chunk,
                    causal=causal, window=window, scale=scale, stream=stream, small=small)
-    from . import attention as forward
-    from .merge import merge_splits_launch
-
-    if kv_chunk is None:
-        block_k = tile_options.get("block_k") or forward.fit_tiles(d, dv, small)[1]
-        kv_chunk = split_chunk(sk, num_splits or 1, block_k)
-    splits = max(1, -(-sk // kv_chunk))
-    o_ws, lse_ws = workspace.partials((splits * n_b, n_h, sq), dv, stream)
-    forward.launch(q, k, v, o_ws, lse_ws, causal=causal, window=window, scale=scale,
-                   kv_chunk=kv_chunk, stream=stream, small=small, **tile_options)
-    merge_splits_launch(o_ws, lse_ws, o, lse, stream=stream, small=small)
-
-
-from .merge import merge_pair_launch, merge_splits_launch  # noqa: E402,F401  (the API's names)
+    split_forward(q, k, v, o, lse, num_splits=num_splits, kv_chunk=kv_chunk, causal=causal,
+                  window=window, scale=scale, stream=stream, small=small, **tile_options)

@@ -13,9 +13,10 @@ normalised: with one split it is the answer (o, lse); with Z splits it is the pa
 
     m = max_z LSE_z,   ℓ = Σ_z exp(LSE_z − m),   O = Σ_z exp(LSE_z − m)·O_z / ℓ
 
-Every LSE_z is read at once (one thread per (z, row)), then each thread takes 4 output
-columns of a row and reads the Z partials of them four splits at a time (16-byte loads,
-4 in flight) — the merge is a few round trips to L2, not Z of them.
+Every LSE_z is read at once (one thread per (z, row)); then the block's threads split the
+output into 4-column pieces, TPI threads per piece, each thread reading every TPI-th
+partial of its piece eight at a time (16-byte loads, all in flight), and the TPI sums meet
+in shared memory — a round trip or two to L2, not Z of them.
 """
 
 import functools
@@ -106,7 +107,11 @@ def fold_splits(dtype, dv, rows, warps):
     store_o = jit.storer(dtype)
     RB, THREADS = rows, 32 * warps
     NC = -(-dv // 4)  # 4-column chunks of a row (the workspace rows are padded to 4·NC)
-    ZR = MAX_SPLITS * RB
+    ITEMS = RB * NC
+    TPI = max(1, THREADS // ITEMS)  # threads per 4 output columns: each folds every TPI-th z
+    ZR, RED = MAX_SPLITS * RB, 4 * ITEMS * TPI
+    BATCH = 8  # partials a thread loads before it uses any
+    BUF = 4 * BATCH
     load4 = tileio.global_load(4)
 
     @jit.device
@@ -115,6 +120,7 @@ def fold_splits(dtype, dv, rows, warps):
         n_b = o.shape[0]
         f_s = cuda.shared.array(ZR, acc)  # LSE_z of each (z, row), then its factor
         l_s = cuda.shared.array(RB, acc)
+        red = cuda.shared.array(RED, acc)  # the TPI partial sums of every 4 columns
         for idx in range(tid, splits * RB, THREADS):  # every LSE_z at once
             z = idx // RB
             pr = pr0 + idx - z * RB
@@ -139,28 +145,40 @@ def fold_splits(dtype, dv, rows, warps):
                 h, i = row_of(pr, hk, group)
                 lse[b, h, i] = lse_device(mx, lt)
         cuda.syncthreads()  # the factors are ready
-        x4 = cuda.local.array(4, acc)
-        buf = cuda.local.array(16, acc)
-        for idx in range(tid, RB * NC, THREADS):
-            r = idx // NC
-            c, pr = (idx - r * NC) * 4, pr0 + r
+        buf = cuda.local.array(BUF, acc)
+        for idx in range(tid, ITEMS * TPI, THREADS):  # lanes along the columns: coalesced
+            sub, item = idx // ITEMS, idx % ITEMS
+            r = item // NC
+            c, pr = (item - r * NC) * 4, pr0 + r
+            x0 = x1 = x2 = x3 = acc(0.0)
+            if pr < n_rows:
+                h, i = row_of(pr, hk, group)
+                zz = sub
+                while zz < splits:  # BATCH splits at a time, all loads in flight together
+                    for u in range(BATCH):
+                        if zz + u * TPI < splits:
+                            load4(o_ws, (zz + u * TPI) * n_b + b, h, i, c, buf, 4 * u)
+                    for u in range(BATCH):
+                        if zz + u * TPI < splits:
+                            f = f_s[(zz + u * TPI) * RB + r]
+                            x0 += f * buf[4 * u]
+                            x1 += f * buf[4 * u + 1]
+                            x2 += f * buf[4 * u + 2]
+                            x3 += f * buf[4 * u + 3]
+                    zz += BATCH * TPI
+            at = 4 * (sub * ITEMS + item)
+            red[at], red[at + 1], red[at + 2], red[at + 3] = x0, x1, x2, x3
+        cuda.syncthreads()  # every partial sum is in shared memory
+        for item in range(tid, ITEMS, THREADS):
+            r = item // NC
+            c, pr = (item - r * NC) * 4, pr0 + r
             if pr < n_rows:
                 h, i = row_of(pr, hk, group)
                 for e in range(4):
-                    x4[e] = acc(0.0)
-                zz = 0
-                while zz < splits:  # four splits at a time: four 16-byte loads in flight
-                    for u in range(4):
-                        if zz + u < splits:
-                            load4(o_ws, (zz + u) * n_b + b, h, i, c, buf, 4 * u)
-                    for u in range(4):
-                        if zz + u < splits:
-                            f = f_s[(zz + u) * RB + r]
-                            for e in range(4):
-                                x4[e] += f * buf[4 * u + e]
-                    zz += 4
-                for e in range(4):
+                    x = acc(0.0)
+                    for sub in range(TPI):
+                        x += red[4 * (sub * ITEMS + item) + e]
                     if c + e < dv:
-                        o[b, h, i, c + e] = store_o(x4[e] if l_s[r] != acc(0.0) else acc(0.0))
+                        o[b, h, i, c + e] = store_o(x if l_s[r] != acc(0.0) else acc(0.0))
 
     return fold

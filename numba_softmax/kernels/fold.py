@@ -28,6 +28,7 @@ from .jit import accumulator
 
 @functools.cache
 def _kernels(dtype):
+    """{"chunk_states": kernel, "fold_tree": kernel} for one dtype."""
     acc = accumulator(dtype)
 
     @jit.kernel
@@ -51,7 +52,7 @@ def _kernels(dtype):
             m_out[r] = m[r, root]
             l_out[r] = l[r, root]
 
-    return chunk_states, fold_tree
+    return {"chunk_states": chunk_states, "fold_tree": fold_tree}
 
 
 def chunk_states(x, cuts):
@@ -65,7 +66,7 @@ def chunk_states(x, cuts):
     l = cuda.device_array((rows, chunks), dtype=x.dtype)
     block = (8, 4)
     grid = ((rows + block[0] - 1) // block[0], (chunks + block[1] - 1) // block[1])
-    launcher.launch(_kernels(x.dtype)[0], grid, block, 0, (x, bounds, m, l))
+    launcher.launch(_kernels(x.dtype)["chunk_states"], grid, block, 0, (x, bounds, m, l))
     return m, l
 
 
@@ -76,6 +77,6 @@ def fold_tree(m, l, merges, root):
     m_out = cuda.device_array(rows, dtype=m.dtype)
     l_out = cuda.device_array(rows, dtype=m.dtype)
     threads = 32
-    launcher.launch(_kernels(m.dtype)[1], (rows + threads - 1) // threads, threads, 0,
+    launcher.launch(_kernels(m.dtype)["fold_tree"], (rows + threads - 1) // threads, threads, 0,
                     (m, l, merges, root, m_out, l_out))
     return m_out, l_out

@@ -27,6 +27,7 @@ not check them, so kernels launched there with larger blocks still run (slowly).
 
 import functools
 import threading
+import warnings
 from typing import NamedTuple
 
 from .._sim import simulator_enabled
@@ -143,10 +144,58 @@ def launch(kernel, grid, block, stream, args, shared=0):
                              f"this compiled kernel's limit of {limit} (its registers per "
                              f"thread); the launch configuration must ask max_threads()")
         _allow_shared(kernel, args, shared)
-    kernel[grid, block, stream, shared](*args)
+    if simulator_enabled():
+        with warnings.catch_warnings():  # the simulator computes −inf − (−inf), 1/0 … in
+            warnings.simplefilter("ignore", RuntimeWarning)  # NumPy on purpose: not the user's
+            kernel[grid, block, stream, shared](*args)
+    else:
+        kernel[grid, block, stream, shared](*args)
     notes = getattr(_recording, "launches", None)
     if notes is not None:
         notes.append((kernel, grid, block, tuple(args), shared))
+
+
+_WORKSPACES = {}
+_WS_LOCK = threading.Lock()
+
+
+def workspace(tag, n, dtype, stream=0):
+    """A flat device buffer of at least ``n`` values of ``dtype``, kept per (tag, dtype,
+    stream) and grown as needed: scratch that outlives calls (a cudaMalloc per call would
+    cost more than a small kernel), one per stream because two streams running at once
+    must not share it.  Launch plans may point at these (and keep them alive)."""
+    from numba import cuda
+
+    try:
+        handle = int(stream) if stream else 0  # a Numba stream's int() is its handle
+    except TypeError:
+        handle = id(stream)  # the simulator's streams have none
+    key = (tag, str(dtype), handle)
+    buf = _WORKSPACES.get(key)
+    if buf is None or buf.shape[0] < n:
+        buf = cuda.device_array(max(n, 4096), dtype=dtype, stream=stream)
+        with _WS_LOCK:
+            _WORKSPACES[key] = buf
+    return buf
+
+
+def scratch(shape, dtype, stream, tag):
+    """A device array of ``shape`` and ``dtype`` (contents undefined) carved from the
+    :func:`workspace` of (``tag``, dtype, stream): valid until the next call with the same
+    tag on that stream (use one tag per array a launch needs at once)."""
+    n = 1
+    for s in shape:
+        n *= s
+    return workspace(tag, max(n, 1), dtype, stream)[:n].reshape(shape)
+
+
+def workspace_holding(ptr):
+    """The workspace whose memory holds device address ``ptr``, or None."""
+    for buf in list(_WORKSPACES.values()):
+        base = buf.__cuda_array_interface__["data"][0]
+        if base <= ptr < base + buf.nbytes:
+            return buf
+    return None
 
 
 class recording:

@@ -122,3 +122,37 @@ def merge_pair_launch(o_a, lse_a, o_b, lse_b, o, lse, stream=0, small=False):
     grid, threads = _merge_grid(o, warps)
     launcher.launch(_merge_kernels(np.dtype(o_a.dtype), warps)[1], grid, threads, stream,
                     (o_a, lse_a, o_b, lse_b, o, lse))
+
+
+# --- split-KV on the forward kernel: many query rows per K/V head -------------------------------
+def partials(shape, dv, stream):
+    """The float32 split partials O (shape + (dv,)) and LSE (shape): launcher workspaces."""
+    return (launcher.scratch(tuple(shape) + (dv,), np.float32, stream, "split.o"),
+            launcher.scratch(tuple(shape), np.float32, stream, "split.lse"))
+
+
+def split_chunk(sk, num_splits, block_k):
+    """Keys per split: ⌈Sk / num_splits⌉ rounded up to whole tiles of ``block_k`` keys
+    (the forward kernel's splits).  May give fewer splits than asked."""
+    if num_splits < 1:
+        raise ValueError(f"num_splits must be >= 1, got {num_splits}")
+    chunk = -(-sk // num_splits)
+    return max(block_k, -(-chunk // block_k) * block_k)
+
+
+def split_forward(q, k, v, o, lse, *, num_splits=None, kv_chunk=None, stream=0, small=False,
+                  **options):
+    """Split-KV in two kernels: the forward kernel of :mod:`.attention` writes one float32
+    partial per key range (``kv_chunk`` keys each, or ``num_splits`` ranges of whole
+    tiles), then :func:`merge_splits_launch` folds them into ``o``, ``lse``."""
+    from . import attention as forward
+
+    n_b, n_h, sq, d = q.shape
+    sk, dv = k.shape[2], v.shape[3]
+    if kv_chunk is None:
+        block_k = options.get("block_k") or forward.fit_tiles(d, dv, small)[1]
+        kv_chunk = split_chunk(sk, num_splits or 1, block_k)
+    splits = max(1, -(-sk // kv_chunk))
+    o_ws, lse_ws = partials((splits * n_b, n_h, sq), dv, stream)
+    forward.launch(q, k, v, o_ws, lse_ws, kv_chunk=kv_chunk, stream=stream, small=small, **options)
+    merge_splits_launch(o_ws, lse_ws, o, lse, stream=stream, small=small)

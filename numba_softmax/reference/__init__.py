@@ -13,6 +13,7 @@ from .attention import (
     update_out_and_lse,
     visible,
 )
+from .backward import attention_backward, log_softmax_backward, softmax_backward
 from .paged import append_kv, gather_kv, paged_attention
 from .softmax import (
     chunk_softmax,
@@ -46,4 +47,7 @@ __all__ = [
     "split_kv_attention",
     "merge_attention",
     "visible",
+    "softmax_backward",
+    "log_softmax_backward",
+    "attention_backward",
 ]

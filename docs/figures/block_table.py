@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Draw the paged KV cache's block table as an SVG for the docs (no dependencies).
+"""Draw the paged KV cache's block table, for docs/algorithms/paged.md (no dependencies).
 
-    python scripts/block_table_figure.py            # writes docs/_static/block_table.svg
+    python docs/figures/block_table.py        # writes docs/figures/block_table.svg
 
 Two sequences share a two-block prompt; each then owns blocks of its own, anywhere in
 the pool; the last block of each is partly filled.  Arrows go from table entries to the
@@ -72,7 +72,7 @@ def figure():
 
 
 def main(argv=None):
-    target = Path(__file__).resolve().parent.parent / "docs" / "_static" / "block_table.svg"
+    target = Path(__file__).resolve().parent / "block_table.svg"
     target.write_text(figure())
     print(f"wrote {target}")
     return 0

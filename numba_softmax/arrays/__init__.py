@@ -1,0 +1,11 @@
+"""The array layer: the one place that knows NumPy, CuPy, PyTorch and Numba arrays.
+
+* :mod:`.kinds`  — library detection and the per-library operations (views, new arrays,
+  results, streams); every library branch of the package is there;
+* :mod:`.layout` — stride arithmetic: which views fold, and the device copy when not;
+* :mod:`.rows`   — reductions along an axis: (rows, n) views, ``out=``, results;
+* :mod:`.heads`  — attention's (B, H, S, D) views;
+* :mod:`.record` — what a call allocates, for :mod:`numba_softmax.plans`.
+"""
+
+from . import heads, kinds, layout, record, rows  # noqa: F401

@@ -1,0 +1,48 @@
+"""Attention's arrays: any (..., S, D) array seen as (B, H, S, D), and results given back.
+
+The head axis H is the axis before S (GQA: K and V may have fewer heads than Q), B is
+every axis before it folded into one.  A CUDA array whose batch axes fold into one stride
+is read in place — any strides of H, S and D, a head axis of stride 0 (``expand``) too;
+otherwise (or with a negative stride) it is copied once on the device.  Kernels that need
+unit stride on the last axis ask for it (``unit_last``).
+"""
+
+import math
+
+import numpy as np
+
+from . import kinds, layout
+
+
+def view(d, tail, stream=0, unit_last=False):
+    """The (B, H, last ``tail`` axes) device view of the described array ``d``."""
+    shape4 = layout.heads_shape(d.shape, tail)
+    if d.kind == "numpy":
+        host = np.ascontiguousarray(d.obj).reshape(shape4)
+        return kinds.to_device(host, stream)
+    strides = layout.fold_heads(d.shape, d.strides, tail)
+    if strides is not None and (not unit_last or strides[-1] == 1 or shape4[-1] == 1):
+        return kinds.view_of(d, shape4, strides)
+    buf, dev = kinds.empty(d.kind, d.shape, d.dtype, like=d.obj, stream=stream)
+    layout.device_copy(d, d.shape, d.strides, kinds.describe(buf), kinds.c_strides(d.shape), stream)
+    return dev.reshape(*shape4) if math.prod(shape4) else dev
+
+
+def output(kind, shape, dtype, like, tail, stream=0):
+    """A new contiguous result of ``kind``: (user array, its (B, H, tail…) device view)."""
+    buf, dev = kinds.empty(kind, shape, dtype, like=like, stream=stream)
+    shape4 = layout.heads_shape(tuple(shape), tail)
+    if dev is None:
+        return buf, None
+    return buf, dev.reshape(*shape4)
+
+
+def out_view(d, tail):
+    """A (B, H, tail…) view of a user's ``out=`` the kernels may write, or None (then the
+    result is written to a buffer and copied in)."""
+    if d.kind == "numpy" or layout.overlaps_itself(d.shape, d.strides):
+        return None
+    strides = layout.fold_heads(d.shape, d.strides, tail)
+    if strides is None:
+        return None
+    return kinds.view_of(d, layout.heads_shape(d.shape, tail), strides)

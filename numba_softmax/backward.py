@@ -1,0 +1,193 @@
+"""The public backward API: the gradients of softmax, log_softmax and attention.
+
+Each call: validate → views (the (rows, n) or (B, H, S, D) device arrays the kernels read,
+built by :mod:`._arrays` and the helpers of ``numba_softmax/attention.py``) → kernel
+launch → give back, as the kind of array that came in (NumPy in → NumPy out; CuPy,
+PyTorch CUDA tensors and Numba device arrays → the same kind, on the same device).
+Inputs are never written.
+"""
+
+import math
+
+from . import plans
+from .arrays import heads, kinds
+from .arrays.rows import Finish, Out, Rows, check_alias
+from .attention import _check_scale, _check_window, _describe_all
+from .kernels import attention_backward as _attention_kernel
+from .kernels import softmax_backward as _rows_kernel
+from .kernels.epilogue import LOG_SOFTMAX, SOFTMAX
+
+__all__ = ["softmax_backward", "log_softmax_backward", "attention_backward"]
+
+
+def _rows_backward(mode, dy, y, axis, out, stream):
+    stream = kinds.as_stream(stream)
+    plan_key = plans.key(("rows_backward", mode, axis), (dy, y, out), stream)
+    plan = plans.find(plan_key)
+    if plan is not None:
+        return plan((dy, y, out), stream)
+    g_rows, y_rows = Rows(dy, axis, "dy"), Rows(y, axis, "y")
+    if y_rows.kind != g_rows.kind:
+        raise TypeError(f"dy and y must be the same kind of array, got {g_rows.kind} and {y_rows.kind}")
+    if g_rows.dtype != y_rows.dtype:
+        raise TypeError(f"dy and y must have one dtype, got {g_rows.dtype} and {y_rows.dtype}")
+    if g_rows.d.shape != y_rows.d.shape:
+        raise ValueError(f"dy {g_rows.d.shape} and y {y_rows.d.shape} must have one shape")
+    target = None
+    if out is not None:  # out may be dy or y itself (in place), or apart from both
+        target = Out(out, g_rows, g_rows.d.shape)
+        check_alias(y_rows.d, target.d)
+    finish = Finish(g_rows, True)
+    if g_rows.empty:
+        result = kinds.full(g_rows.kind, g_rows.d.shape, 0.0, g_rows.dtype, like=dy)
+        return target.fill(result, stream) if target is not None else result
+
+    with plans.Recorder(plan_key, (dy, y, out), stream) as rec:
+        g_view, y_view = g_rows.view(stream), y_rows.view(stream)
+        dx = target.rows_view(g_rows.rows, g_rows.n, g_rows.axis) if target else None
+        buf = None
+        if dx is None:
+            buf, dx = kinds.empty(g_rows.kind, (g_rows.rows, g_rows.n), g_rows.dtype, like=dy,
+                                  stream=stream)
+        _rows_kernel.launch(mode, g_view, y_view, dx, stream=stream)
+        if target is None:
+            return rec.done(finish, buf)
+        if buf is not None:
+            target.fill(finish(buf, stream=stream), stream)
+        return rec.done(_the_out, out=out)
+
+
+def _the_out(out=None, stream=0):
+    return out
+
+
+def softmax_backward(dy, y, axis=-1, *, out=None, stream=None):
+    """The gradient of softmax: dx = y ∘ (dy − Σ y∘dy) along ``axis``.
+
+    float16, float32 or float64 (float16 accumulated in float32); NumPy, or CUDA arrays of
+    one kind.  One read of y and dy and one write of dx when a row fits on chip
+    (:mod:`numba_softmax.kernels.softmax_backward`).
+
+    Parameters
+    ----------
+    dy : array
+        dL/dy, the gradient of a loss with respect to the softmax output.
+    y : array
+        The softmax output itself (what the forward returned), the same shape and dtype.
+    axis, out, stream
+        As for :func:`numba_softmax.softmax`; ``out`` may be ``dy`` or ``y`` (in place).
+
+    Returns
+    -------
+    dx, the same kind, shape and dtype as ``dy``.
+    """
+    return _rows_backward(SOFTMAX, dy, y, axis, out, stream)
+
+
+def log_softmax_backward(dy, y, axis=-1, *, out=None, stream=None):
+    """The gradient of log_softmax: dx = dy − exp(y) ∘ Σ dy along ``axis``, with ``y`` the
+    log_softmax output.  Arguments as :func:`softmax_backward`."""
+    return _rows_backward(LOG_SOFTMAX, dy, y, axis, out, stream)
+
+
+def _check_attention(do, q, k, v, o, lse):
+    names = ("do", "q", "k", "v", "o")
+    ds = _describe_all(dict(zip(names, (do, q, k, v, o))) | {"lse": lse},
+                       {**{n: kinds.FLOATS for n in names}, "lse": kinds.FLOATS})
+    dtype = ds["q"].dtype
+    odd = [n for n in ("do", "k", "v", "o") if ds[n].dtype != dtype]
+    if odd:
+        raise TypeError(f"do, q, k, v and o must have one dtype; q has {dtype}, "
+                        + ", ".join(f"{n} {ds[n].dtype}" for n in odd))
+    shapes = {n: ds[n].shape for n in names}
+    qs, ks, vs = shapes["q"], shapes["k"], shapes["v"]
+    if len(qs) < 2 or any(len(s) != len(qs) for s in shapes.values()):
+        raise ValueError(f"do, q, k, v, o need one rank >= 2 (..., S, D), got {shapes}")
+    gqa = len(qs) >= 3 and ks[-3] != qs[-3]
+    if gqa:  # fewer K/V heads than query heads, a whole number of query heads each
+        lead_ok = qs[:-3] == ks[:-3] and ks[-3] > 0 and qs[-3] % ks[-3] == 0
+    else:
+        lead_ok = qs[:-2] == ks[:-2]
+    if not lead_ok or ks[:-2] != vs[:-2] or qs[-1] != ks[-1] or ks[-2] != vs[-2]:
+        raise ValueError(f"incompatible shapes q {qs}, k {ks}, v {vs}: q (..., Hq, Sq, D), k "
+                         f"(..., Hkv, Sk, D), v (..., Hkv, Sk, Dv) with Hq a multiple of Hkv")
+    o_shape = qs[:-1] + (vs[-1],)
+    for name in ("o", "do"):
+        if shapes[name] != o_shape:
+            raise ValueError(f"{name} has shape {shapes[name]}; with q {qs} and v {vs} it must "
+                             f"be {o_shape}")
+    if ds["lse"].shape != qs[:-1]:
+        raise ValueError(f"lse has shape {ds['lse'].shape}; with q {qs} it must be {qs[:-1]}")
+    return ds
+
+
+def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), scale=None,
+                       stream=None):
+    """The gradients (dQ, dK, dV) of O = attention(Q, K, V), FlashAttention-2 style.
+
+    P is rebuilt tile by tile from the forward's LSE, P = exp(scale·QKᵀ − LSE), and
+    dS = P ∘ (dP − D) with D = rowsum(dO ∘ O) (:mod:`numba_softmax.kernels.attention_backward`).
+
+    Parameters
+    ----------
+    do : array (..., Hq, Sq, Dv)
+        dL/dO.
+    q, k, v : arrays (..., Hq, Sq, D), (..., Hkv, Sk, D), (..., Hkv, Sk, Dv)
+        The forward's inputs; Hq a multiple of Hkv (grouped-query attention: dK, dV sum
+        over each group of query heads).  1 <= D, Dv <= 128.
+    o, lse : arrays (..., Hq, Sq, Dv) and (..., Hq, Sq)
+        The forward's output and log-sum-exp (``attention(..., return_lse=True)``).  A row
+        with LSE = −inf saw no key: its gradients are 0.
+    causal, window, scale
+        As in the forward: query i sees key j iff −left <= j − (i + Sk − Sq) <= right for
+        ``window=(left, right)`` (−1: unbounded), and ``causal`` adds right <= 0.
+    stream
+        As for :func:`numba_softmax.softmax`.
+
+    All arrays of one kind; do, q, k, v, o of one dtype (float16, float32 or float64;
+    float16 accumulated in float32), lse any float.  Returns (dq, dk, dv) in the dtype
+    and kind of q.  dQ is accumulated with atomic adds: its last bits may differ from run
+    to run.
+    """
+    stream = kinds.as_stream(stream)
+    plan_key = plans.key(("attention_backward", causal, window, scale), (do, q, k, v, o, lse, None),
+                         stream)
+    plan = plans.find(plan_key)
+    if plan is not None:
+        return plan((do, q, k, v, o, lse, None), stream)
+    ds = _check_attention(do, q, k, v, o, lse)
+    causal = bool(causal) if isinstance(causal, bool) else _bad_flag(causal)
+    window = _check_window(window)
+    dq_, kind, dtype = ds["q"], ds["q"].kind, ds["q"].dtype
+    *lead, sq, d = dq_.shape
+    sk, dv = ds["k"].shape[-2], ds["v"].shape[-1]
+    if not (1 <= d <= _attention_kernel.MAX_HEAD_DIM and 1 <= dv <= _attention_kernel.MAX_HEAD_DIM):
+        raise ValueError(f"head dimensions must be between 1 and {_attention_kernel.MAX_HEAD_DIM}, "
+                         f"got D={d} (q, k) and Dv={dv} (v)")
+    scale = _check_scale(scale, d)
+    shapes = (dq_.shape, ds["k"].shape, ds["v"].shape)
+    if math.prod(lead) * sq * sk == 0:  # no query, or no key: every gradient is 0
+        return tuple(kinds.full(kind, s, 0.0, dtype, like=q) for s in shapes)
+
+    with plans.Recorder(plan_key, (do, q, k, v, o, lse, None), stream) as rec:
+        do4, q4, k4, v4, o4 = (heads.view(ds[n], 2, stream) for n in ("do", "q", "k", "v", "o"))
+        lse3 = heads.view(ds["lse"], 1, stream)
+        outs = [heads.output(kind, s, dtype, q, 2, stream) for s in shapes]
+        _attention_kernel.launch(do4, q4, k4, v4, o4, lse3, *(dev for _, dev in outs),
+                                 causal=causal, window=window, scale=scale, stream=stream,
+                                 small=plans.simulator_enabled())
+        return rec.done(_Grads(kind, dtype), *(buf for buf, _ in outs))
+
+
+def _bad_flag(value):
+    raise TypeError(f"causal must be True or False, got {value!r}")
+
+
+class _Grads:
+    """(dq, dk, dv) in the user's kind from the three new buffers."""
+
+    def __init__(self, kind, dtype):
+        self.kind, self.dtype = kind, dtype
+
+    def __call__(self, dq, dk, dv, out=None, stream=0):
+        return tuple(kinds.to_user(self.kind, b, stream, self.dtype) for b in (dq, dk, dv))

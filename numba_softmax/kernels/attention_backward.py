@@ -1,0 +1,301 @@
+"""v6 — FlashAttention-2 backward: dQ, dK, dV from the saved LSE, never the Sq×Sk matrix.
+
+The forward kept one number per query row, LSE = m + log ℓ — its final (m, ℓ) state
+folded into one value — and that is all the backward needs to rebuild any tile of
+P = softmax(scale·QKᵀ) exactly: P = exp(scale·QKᵀ − LSE).  (The derivation of
+dS = P ∘ (dP − D) and why D = rowsum(dO ∘ O) replaces the row sums of P ∘ dP:
+``docs/algorithms/backward.md``.)  In the order of Dao's FlashAttention-2, Algorithm 2::
+
+    preprocess   D_i = rowsum(dO_i ∘ O_i)  for every query row; dQ accumulator = 0
+    one block per (batch·kv-head, key tile j):   K_j, V_j staged once; dK_j = dV_j = 0
+        for every query head h of the group (GQA), every query tile i that sees K_j:
+            S   = scale · Q_i K_jᵀ            (masked: −inf)
+            P   = exp(S − LSE_i)              (0 where masked, and in rows that saw no key)
+            dV_j += Pᵀ dO_i
+            dP  = dO_i V_jᵀ
+            dS  = P ∘ (dP − D_i)
+            dK_j += scale · dSᵀ Q_i
+            dQ_i += scale · dS K_j            (atomic adds to a float32 accumulator)
+        write dK_j, dV_j
+    convert      dQ = accumulator (float16/bfloat16 only; float32/64 accumulate in dQ itself)
+
+**dQ by atomic adds**, not a second kernel that recomputes S, P, dP and dS per query tile
+(14 instead of 10 units of Br·Bc·D work): on CUDA cores the FMAs are the bottleneck; the
+price is that dQ's last bits depend on the order the adds land.  **dK, dV of grouped
+heads by a loop** over the group's query heads: summed on chip, written once.
+
+Work per (batch·query head): 10·Sq·Sk·D FLOPs (2.5× the forward's 4·Sq·Sk·D), about half
+with ``causal`` (hidden tiles are never visited).  K, V are read once, Q, dO once per key
+tile (mostly from L2).  fp32 FMAs on CUDA cores, float16 and bfloat16 loaded into float32
+(the tensor-core backward is a later chapter).
+
+Thread layout (W warps; lane = 8·rg + cg, rg < 4 row groups, cg < 8 column groups)::
+
+    S, dP, dQ  rows  4·RPL·warp + rg + 4·i  (i < RPL)   Br = 4·RPL·W
+    S, dP      keys  cg + 8·jj              (jj < Bc/8)
+    dK, dV     keys  4·KPL·warp + rg + 4·a  (a < KPL)   Bc = 4·KPL·W
+    dK, dV, dQ cols  cg + 8·b               (b < ⌈D/8⌉)
+
+Every tile lives once in (dynamic) shared memory, row-major with padded strides — odd for
+Q, dO, K, V, ≡ 8 (mod 32) for P and dS — so that every read of the inner loops, by rows
+or by columns, is free of bank conflicts.  NumPy twin:
+:func:`numba_softmax.reference.attention_backward`.
+"""
+
+import functools
+import math
+
+import numba
+from numba import cuda
+
+from ..combine import weight_device
+from . import attention_backward_io as io
+from . import jit, launcher
+from .jit import accumulator
+from .launcher import scratch
+
+MAX_HEAD_DIM = 128
+GROUP = 8  # column groups per warp: lanes that share a row
+
+
+def _pad8(n):
+    return GROUP * -(-n // GROUP)
+
+
+def _p_stride(bc):
+    """Row stride of P and dS: ≡ 8 (mod 32), so the 4 row groups of a warp writing a row
+    each hit 4 different sets of 8 banks."""
+    s = bc
+    while s % 32 != 8:
+        s += 1
+    return s
+
+
+def layout(d, dv, block_q, block_k):
+    """Offsets (in values) of the shared tiles Q, dO, K, V, P, dS, LSE, D, and the total."""
+    qs, vs, ps = _pad8(d) + 1, _pad8(dv) + 1, _p_stride(block_k)
+    sizes = (block_q * qs, block_q * vs, block_k * qs, block_k * vs, block_q * ps,
+             block_q * ps, block_q, block_q)
+    offsets, total = [], 0
+    for size in sizes:
+        offsets.append(total)
+        total += size
+    return tuple(offsets), total
+
+
+def fit_tiles(d, dv, itemsize=4, small=False):
+    """(Br, Bc, W) for these head dimensions: 64×64 tiles, 4 warps up to D = 64; 64×32
+    up to 128; half-size tiles for float64; the simulator's 8×8 tiles of 2 warps."""
+    if small:
+        return 8, 8, 2
+    if itemsize == 8:
+        return 32, 32, 4
+    return (64, 64, 4) if max(d, dv) <= 64 else (64, 32, 4)
+
+
+def check_tiles(block_q, block_k, warps):
+    """ValueError unless (Br, Bc, W) is a tiling the kernel supports: Br and Bc multiples of
+    4·W (and Bc of 8), 1 <= W <= 8, Br <= 32·W (one thread stages each row's LSE and D)."""
+    if not 1 <= warps <= 8 or block_q > 32 * warps:
+        raise ValueError(f"tiles Br={block_q} with W={warps} warps: 1 <= W <= 8 and Br <= 32·W")
+    if block_q % (4 * warps) or block_k % (4 * warps) or block_k % GROUP or not block_q * block_k:
+        raise ValueError(f"tiles Br={block_q}, Bc={block_k} need multiples of 4·W = "
+                         f"{4 * warps} (and Bc of {GROUP})")
+
+
+@functools.cache
+def outer_product(dtype, rows, cols):
+    """Device function ``outer(t, sm, n, a0, a_row, a_k, b0, b_col, b_k)``: the (rows × cols)
+    register tile t += Σ_k a_k ⊗ b_k over n steps k, where a_k[i] = sm[a0 + i·a_row + k·a_k]
+    and b_k[j] = sm[b0 + j·b_col + k·b_k] — one thread's share of a product of two shared
+    tiles, rows·cols FMAs for rows + cols shared loads per step.  (A while loop: its counter
+    is provably >= 0, so the addresses need no negative-index fix-up.)"""
+    acc = accumulator(dtype)
+
+    @jit.device
+    def outer(t, sm, n, a0, a_row, a_k, b0, b_col, b_k):
+        a = cuda.local.array(rows, acc)
+        b = cuda.local.array(cols, acc)
+        k = 0
+        while k < n:
+            for i in range(rows):
+                a[i] = sm[a0 + i * a_row + k * a_k]
+            for j in range(cols):
+                b[j] = sm[b0 + j * b_col + k * b_k]
+            for i in range(rows):
+                for j in range(cols):
+                    t[i, j] += a[i] * b[j]
+            k += 1
+
+    return outer
+
+
+@functools.cache
+def kernel(dtype, d, dv, block_q, block_k, warps):
+    """The main backward kernel for one (dtype, D, Dv, Br, Bc, W): all compile-time."""
+    acc, store = accumulator(dtype), jit.storer(dtype)
+    BR, BC, T = block_q, block_k, 32 * warps
+    RPL, KPL, CPL = BR // (4 * warps), BC // (4 * warps), BC // GROUP
+    ND, NV = _pad8(d) // GROUP, _pad8(dv) // GROUP
+    QS, VS, PS = _pad8(d) + 1, _pad8(dv) + 1, _p_stride(BC)
+    (Q0, O0, K0, V0, P0, S0, L0, D0), _ = layout(d, dv, BR, BC)
+    stage_q, stage_o = io.stager(dtype, T, BR, _pad8(d)), io.stager(dtype, T, BR, _pad8(dv))
+    stage_k, stage_v = io.stager(dtype, T, BC, _pad8(d)), io.stager(dtype, T, BC, _pad8(dv))
+    rows_x_keys, keys_x_d = outer_product(dtype, RPL, CPL), outer_product(dtype, KPL, ND)
+    keys_x_dv, rows_x_d = outer_product(dtype, KPL, NV), outer_product(dtype, RPL, ND)
+
+    @jit.kernel
+    def backward(do, q, k, v, lse, delta, dq_acc, dk, dv_out, scale, left, right):
+        """grid (Tc, B·Hkv); q, do (B, Hq, Sq, ·), k, v, dk, dv (B, Hkv, Sk, ·), lse and
+        delta (B, Hq, Sq), dq_acc (B, Hq, Sq, D) zeroed; ``left``/``right``: the window
+        (−1: unbounded; causal is right = 0)."""
+        tid = cuda.threadIdx.x
+        warp, lane = (tid >> 5) & 31, tid & 31  # masks: the compiler then knows both are >= 0
+        rg, cg = lane >> 3, lane & (GROUP - 1)
+        n_kv = k.shape[1]
+        group = q.shape[1] // n_kv
+        b, hkv = cuda.blockIdx.y // n_kv, cuda.blockIdx.y % n_kv
+        sq, sk = q.shape[2], k.shape[2]
+        shift = sk - sq  # query i sees key j iff −left <= j − (i + shift) <= right
+        j0 = cuda.blockIdx.x * BC
+        row0, key0 = warp * 4 * RPL, warp * 4 * KPL
+        sc, zero, one, inf = acc(scale), acc(0.0), acc(1.0), acc(math.inf)
+        sm = cuda.shared.array(0, acc)  # all tiles, flat (see layout())
+        i_lo, i_hi = 0, sq  # the query rows that see some key of this tile
+        if right >= 0:
+            i_lo = max(0, j0 - shift - right)
+        if left >= 0:
+            i_hi = min(sq, min(j0 + BC, sk) + left - shift)
+
+        s = cuda.local.array((RPL, CPL), acc)  # S, then P (registers)
+        dp = cuda.local.array((RPL, CPL), acc)
+        dk_acc = cuda.local.array((KPL, ND), acc)  # dK_j, dV_j: on chip for the whole block
+        dv_acc = cuda.local.array((KPL, NV), acc)
+        dq_t = cuda.local.array((RPL, ND), acc)
+        xa = cuda.local.array(RPL, acc)  # each row's LSE and D
+        xc = cuda.local.array(RPL, acc)
+        lo = cuda.local.array(RPL, numba.int64)  # each row's visible keys in the tile
+        hi = cuda.local.array(RPL, numba.int64)
+        for a in range(KPL):
+            for c in range(ND):
+                dk_acc[a, c] = zero
+            for c in range(NV):
+                dv_acc[a, c] = zero
+        stage_k(sm, K0, QS, k, b, hkv, j0, sk, d, sc)  # scale·K_j, V_j: once; keys ≥ Sk: 0
+        stage_v(sm, V0, VS, v, b, hkv, j0, sk, dv, one)
+
+        for h in range(hkv * group, (hkv + 1) * group):  # the query heads of this K/V head
+            for i0 in range(i_lo, i_hi, BR):
+                cuda.syncthreads()  # every warp is done with the last Q_i, dO_i, P, dS
+                stage_q(sm, Q0, QS, q, b, h, i0, sq, d, one)
+                stage_o(sm, O0, VS, do, b, h, i0, sq, dv, one)
+                if tid < BR:  # LSE = −inf (a row that saw no key) and rows ≥ Sq: +inf, P = 0
+                    val = inf
+                    if i0 + tid < sq and lse[b, h, i0 + tid] != -inf:
+                        val = acc(lse[b, h, i0 + tid])
+                    sm[L0 + tid] = val
+                    sm[D0 + tid] = delta[b, h, i0 + tid] if i0 + tid < sq else zero
+                cuda.syncthreads()  # Q_i, dO_i, LSE_i, D_i (and K_j, V_j) are complete
+
+                # S = Q_i (scale·K_j)ᵀ and dP = dO_i V_jᵀ: products over d
+                for i in range(RPL):
+                    for jj in range(CPL):
+                        s[i, jj] = zero
+                        dp[i, jj] = zero
+                rows_x_keys(s, sm, d, Q0 + (row0 + rg) * QS, 4 * QS, 1,
+                            K0 + cg * QS, GROUP * QS, 1)
+                rows_x_keys(dp, sm, dv, O0 + (row0 + rg) * VS, 4 * VS, 1,
+                            V0 + cg * VS, GROUP * VS, 1)
+
+                # P = exp(S − LSE), 0 outside the row's visible keys [lo, hi] of this tile;
+                # dS = P ∘ (dP − D); both to shared memory
+                for i in range(RPL):
+                    row = i0 + row0 + rg + 4 * i
+                    lo[i], hi[i] = 0, min(BC, sk - j0) - 1  # keys ≥ Sk: masked
+                    if right >= 0:
+                        hi[i] = min(hi[i], row + shift + right - j0)
+                    if left >= 0:
+                        lo[i] = max(lo[i], row + shift - left - j0)
+                    xa[i] = sm[L0 + row0 + rg + 4 * i]
+                    xc[i] = sm[D0 + row0 + rg + 4 * i]
+                for i in range(RPL):
+                    for jj in range(CPL):
+                        c = cg + GROUP * jj
+                        val = s[i, jj] if lo[i] <= c and c <= hi[i] else -inf
+                        s[i, jj] = weight_device(val, xa[i])  # P: exp(S − LSE); −inf weighs 0
+                        dp[i, jj] = s[i, jj] * (dp[i, jj] - xc[i])  # dS
+                for i in range(RPL):
+                    for jj in range(CPL):
+                        sm[P0 + (row0 + rg + 4 * i) * PS + cg + GROUP * jj] = s[i, jj]
+                        sm[S0 + (row0 + rg + 4 * i) * PS + cg + GROUP * jj] = dp[i, jj]
+                cuda.syncthreads()  # P and dS are complete: every warp reads every row
+
+                # dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i (times scale once, at the end):
+                # products over the Br rows
+                keys_x_dv(dv_acc, sm, BR, P0 + key0 + rg, 4, PS, O0 + cg, GROUP, VS)
+                keys_x_d(dk_acc, sm, BR, S0 + key0 + rg, 4, PS, Q0 + cg, GROUP, QS)
+
+                # dQ_i += dS (scale·K_j): a product over the Bc keys, added atomically
+                for i in range(RPL):
+                    for c in range(ND):
+                        dq_t[i, c] = zero
+                rows_x_d(dq_t, sm, BC, S0 + (row0 + rg) * PS, 4 * PS, 1, K0 + cg, GROUP, QS)
+                for i in range(RPL):
+                    r = i0 + row0 + rg + 4 * i
+                    for c in range(ND):
+                        if r < sq and cg + GROUP * c < d:
+                            cuda.atomic.add(dq_acc, (b, h, r, cg + GROUP * c), dq_t[i, c])
+
+        for a in range(KPL):  # dK_j = scale·Σ dSᵀQ and dV_j: written once
+            key = j0 + key0 + rg + 4 * a
+            if key < sk:
+                for c in range(ND):
+                    if cg + GROUP * c < d:
+                        dk[b, hkv, key, cg + GROUP * c] = store(dk_acc[a, c] * sc)
+                for c in range(NV):
+                    if cg + GROUP * c < dv:
+                        dv_out[b, hkv, key, cg + GROUP * c] = store(dv_acc[a, c])
+
+    return backward, T
+
+
+def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), scale=None,
+           stream=0, small=False, tiles=None):
+    """dQ, dK, dV into ``dq``, ``dk``, ``dv`` from 4-D device arrays: q, o, do, dq
+    (B, Hq, Sq, ·); k, v, dk, dv (B, Hkv, Sk, ·) with Hq a multiple of Hkv; lse (B, Hq, Sq)
+    float32/64 (the forward's).  One storage dtype for q, k, v, o, do, dq, dk, dv: float16,
+    uint16 (bfloat16), float32, float64; any strides.  ``window=(left, right)``: −1 is
+    unbounded; ``causal`` adds right <= 0.  ``tiles``: (Br, Bc, W) to force (default
+    :func:`fit_tiles`; ``small``: the simulator's)."""
+    n_b, n_h, sq, d = q.shape
+    n_kv, sk, dvh = k.shape[1], k.shape[2], v.shape[3]
+    if not (1 <= d <= MAX_HEAD_DIM and 1 <= dvh <= MAX_HEAD_DIM):
+        raise ValueError(f"head dimensions must be between 1 and {MAX_HEAD_DIM}, got D={d}, "
+                         f"Dv={dvh}")
+    if n_kv == 0 or n_h % n_kv:
+        raise ValueError(f"q has {n_h} heads, k and v {n_kv}: a multiple is needed (GQA)")
+    if n_b * n_h > 65535:
+        raise ValueError(f"at most 65535 batch·heads per launch, got {n_b * n_h}")
+    left, right = (int(w) for w in window)
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    acc_name = accumulator(q.dtype).name
+    rows = n_b * n_h * sq
+    # preprocess: D = rowsum(dO ∘ O), the dQ accumulator zeroed (float32/64: dQ itself)
+    delta = scratch((n_b, n_h, max(sq, 1)), acc_name, stream, "delta")
+    dq_acc = dq if dq.dtype.itemsize >= 4 else scratch((n_b, n_h, sq, d), "float32", stream, "dq")
+    if rows:
+        grid = (-(-sq * io.LANES // io.THREADS), n_b * n_h)
+        launcher.launch(io.preprocess(q.dtype), grid, io.THREADS, stream, (do, o, delta, dq_acc))
+    if n_b * n_kv * sk:  # the main kernel (with Sq = 0 it writes dK = dV = 0)
+        block_q, block_k, warps = tiles or fit_tiles(d, dvh, q.dtype.itemsize, small)
+        check_tiles(block_q, block_k, warps)
+        bwd, threads = kernel(q.dtype, d, dvh, block_q, block_k, warps)
+        shared = layout(d, dvh, block_q, block_k)[1] * (8 if acc_name == "float64" else 4)
+        launcher.launch(bwd, (-(-sk // block_k), n_b * n_kv), threads, stream,
+                        (do, q, k, v, lse, delta, dq_acc, dk, dv, scale, left, right),
+                        shared=shared)
+    if dq_acc is not dq and rows:  # float16/bfloat16: round the accumulator into dQ
+        grid = (-(-sq * d // io.THREADS), n_b * n_h)
+        launcher.launch(io.convert(q.dtype), grid, io.THREADS, stream, (dq_acc, dq))

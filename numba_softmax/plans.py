@@ -1,0 +1,259 @@
+"""Launch plans: record a call's launches once, replay them with new pointers.
+
+``kernel[grid, block](x, y)`` types every argument, wraps it as a device array and looks
+the compiled kernel up on each call: ~25 µs of Python before the GPU sees anything, and
+the array handling above it adds more, while a softmax of one 1×1024 row is ~3 µs of GPU
+work.  So every public entry point asks this module first:
+
+1. :func:`key` — a tuple of everything that shaped the call: the function and its
+   options, the stream, the current CUDA context, and for each array (inputs and
+   ``out=``) its library, dtype, shape, strides, device and 16-byte alignment, and how
+   ``out=`` overlaps each input (apart, the same array, or partly).  None for NumPy
+   inputs (they pay their copies anyway) and on the simulator.
+2. :func:`find` — a dictionary look-up.  A hit replays: allocate the outputs afresh, take
+   the arrays' data pointers, patch them into the recorded argument lists, and launch each
+   recorded kernel through ``cuda.core.launch`` — no typing, no wrapping.
+3. On a miss the call takes the ordinary path inside :class:`Recorder`, which notes every
+   launch (:mod:`numba_softmax.kernels.launcher`) and allocation (:mod:`.arrays.record`)
+   and, if every pointer the kernels saw is accounted for (an input, a new buffer, or a
+   long-lived workspace), keeps a :class:`Plan`.
+
+The kernel argument layout is Numba's (``_prepare_args`` flattens an array into meminfo,
+parent, size, itemsize, data, shape…, strides…): a private detail, so the first plan made
+in a process is checked once — replayed beside the ordinary result and compared — and
+plans are switched off with a warning if they differ.  Plans hold layouts, kernels and
+workspaces, never the caller's arrays; the cache is bounded and thread-safe.
+"""
+
+import ctypes
+import threading
+import warnings
+
+import numpy as np
+
+from ._sim import simulator_enabled
+from .arrays import kinds, record
+from .kernels import launcher
+
+MAX_PLANS = 512
+_PLANS = {}
+_LOCK = threading.Lock()
+_state = {"enabled": True, "checked": False}
+
+try:  # what numba-cuda itself launches with (public cuda.core API)
+    from cuda.core import LaunchConfig, Stream
+    from cuda.core import launch as _core_launch
+    from numba.cuda._compat import CUDA_CORE_GE_1_0
+except ImportError:  # pragma: no cover - another numba-cuda or cuda.core: no plans
+    _core_launch = None
+
+_context = threading.local()
+
+
+def _current_context():
+    """The driver's current CUDA context of this thread (an int handle)."""
+    lib = getattr(_context, "lib", None)
+    if lib is None:
+        lib = _context.lib = ctypes.CDLL("libcuda.so.1")
+        _context.ptr = ctypes.c_void_p()
+    lib.cuCtxGetCurrent(ctypes.byref(_context.ptr))
+    return _context.ptr.value
+
+
+def enabled():
+    return _state["enabled"] and _core_launch is not None and not simulator_enabled()
+
+
+def disable(why):
+    """Switch plans off for this process (every call takes the ordinary path)."""
+    if _state["enabled"]:
+        warnings.warn(f"numba_softmax: launch plans switched off: {why}", RuntimeWarning,
+                      stacklevel=3)
+    _state["enabled"] = False
+    with _LOCK:
+        _PLANS.clear()
+
+
+def key(tag, arrays, stream):
+    """The plan key of a call, or None when the call must take the ordinary path."""
+    if not enabled():
+        return None
+    parts = [tag, kinds.stream_key(stream)]
+    for a in arrays:
+        if a is None:
+            parts.append(None)
+            continue
+        k = kinds.layout_key(a)
+        if k is None:
+            return None
+        parts.append(k)
+    if len(arrays) > 1 and arrays[-1] is not None:  # out=: how it overlaps each input
+        parts.append(_overlaps(arrays))
+    parts.append(_current_context())
+    return tuple(parts)
+
+
+def _overlaps(arrays):
+    """For each input: 0 disjoint from ``out`` (the last array), 1 the very same array
+    (in place), 2 overlapping otherwise — the path a call takes depends on it."""
+    out = kinds.describe(arrays[-1])
+    o_lo, o_hi = out.extent()
+    classes = []
+    for a in arrays[:-1]:
+        d = kinds.describe(a)
+        lo, hi = d.extent()
+        if hi < o_lo or o_hi < lo:
+            classes.append(0)
+        else:
+            same = d.ptr == out.ptr and d.shape == out.shape and d.strides == out.strides
+            classes.append(1 if same else 2)
+    return tuple(classes)
+
+
+def find(plan_key):
+    return None if plan_key is None else _PLANS.get(plan_key)
+
+
+class _Launch:
+    """One recorded launch: the cuda.core kernel, its config, the flat argument template
+    and the places to patch: (index, 'in' | 'alloc', which, byte offset)."""
+
+    __slots__ = ("kernel", "config", "args", "patches")
+
+    def __init__(self, kernel, config, args, patches):
+        self.kernel, self.config, self.args, self.patches = kernel, config, args, patches
+
+
+class Plan:
+    """A replayable call: allocations, launches with patch points, the result builder."""
+
+    def __init__(self, recipes, launches, result, result_at, keep):
+        self.recipes, self.launches = recipes, launches
+        self.result, self.result_at = result, result_at
+        self.keep = keep  # workspaces the launches point to stay alive with the plan
+
+    def __call__(self, arrays, stream):
+        ptrs = [None if a is None else kinds.pointer(a) for a in arrays]
+        allocs = [kinds.allocate(r, stream) for r in self.recipes]
+        core_stream = _core_stream(stream)
+        for ln in self.launches:
+            args = list(ln.args)
+            for i, src, j, delta in ln.patches:
+                args[i] = (ptrs[j] if src == "in" else allocs[j][1]) + delta
+            _core_launch(core_stream, ln.config, ln.kernel, *args)
+        bufs = [allocs[i][0] for i in self.result_at]
+        return self.result(*bufs, out=arrays[-1] if len(arrays) > 1 else None, stream=stream)
+
+
+def _core_stream(stream):
+    return Stream.from_handle(int(stream) if stream else 0)
+
+
+def _config(grid, block, shared, cooperative):
+    grid = (grid,) if isinstance(grid, int) else tuple(grid)
+    block = (block,) if isinstance(block, int) else tuple(block)
+    option = "is_cooperative" if CUDA_CORE_GE_1_0 else "cooperative_launch"
+    return LaunchConfig(grid=grid, block=block, shmem_size=shared, **{option: cooperative})
+
+
+class Recorder:
+    """``with Recorder(key, arrays, stream) as rec:`` run the ordinary path, then
+    ``return rec.done(result_fn, *bufs, out=out)``: builds the result as
+    ``result_fn(*bufs, out=out, stream=stream)`` — a function of the new buffers alone,
+    which launches nothing — and, if the launches are replayable, keeps a plan."""
+
+    def __init__(self, plan_key, arrays, stream):
+        self.key, self.arrays, self.stream = plan_key, arrays, stream
+
+    def __enter__(self):
+        if self.key is not None:
+            self._launches = launcher.recording()
+            self._allocs = record.recording()
+            self.launches = self._launches.__enter__()
+            self.allocs = self._allocs.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.key is not None:
+            self._launches.__exit__(*exc)
+            self._allocs.__exit__(*exc)
+
+    def done(self, result_fn, *bufs, out=None):
+        result = result_fn(*bufs, out=out, stream=self.stream)
+        if self.key is None:
+            return result
+        self.__exit__(None, None, None)
+        try:
+            plan = self._plan(result_fn, bufs)
+        except (KeyError, ValueError, TypeError, AttributeError, NotImplementedError):
+            plan = None  # something this plan cannot replay: the ordinary path stays
+        if plan is not None:
+            with _LOCK:
+                if len(_PLANS) >= MAX_PLANS:
+                    _PLANS.pop(next(iter(_PLANS)))
+                _PLANS[self.key] = plan
+            if not _state["checked"] and out is None:
+                _self_check(plan, self.arrays, self.stream, result)
+        return result
+
+    def _plan(self, result_fn, bufs):
+        if self.allocs.spoiled or not self.launches:
+            return None
+        described = [None if a is None else kinds.describe(a) for a in self.arrays]
+        spans = [None if d is None else d.extent() for d in described]
+        allocs = self.allocs.allocations
+        alloc_spans = []
+        for buf, dev, _ in allocs:
+            d = kinds.describe(buf)
+            alloc_spans.append((d.ptr, d.extent()[1]) if dev is not None else (0, -1))
+        launches, keep = [], []
+        for kernel, grid, block, args, shared in self.launches:
+            compiled = launcher.compiled(kernel, args)
+            flat, patches = [], []
+            for ty, value in zip(compiled.argument_types, args):
+                start = len(flat)
+                compiled._prepare_args(ty, value, self.stream, [], flat)
+                if not hasattr(value, "__cuda_array_interface__"):
+                    continue
+                ptr = flat[start + 4]
+                patches.append(_classify(ptr, start + 4, described, spans, alloc_spans, keep))
+            cufunc = compiled._codelibrary.get_cufunc()
+            config = _config(grid, block, shared, bool(compiled.cooperative))
+            launches.append(_Launch(cufunc.kernel, config, tuple(flat),
+                                    [p for p in patches if p is not None]))
+        at = [next(i for i, (b, _, _) in enumerate(allocs) if b is buf) for buf in bufs]
+        return Plan([r for _, _, r in allocs], launches, result_fn, at, keep)
+
+
+def _classify(ptr, index, described, spans, alloc_spans, keep):
+    """Where a kernel's data pointer comes from: a new buffer ('alloc', j), a user array
+    ('in', j) — with its byte offset — or a long-lived workspace (kept; not patched)."""
+    for j, (lo, hi) in enumerate(alloc_spans):
+        if lo <= ptr <= hi:
+            return (index, "alloc", j, ptr - lo)
+    for j, span in enumerate(spans):
+        if span is not None and span[0] <= ptr <= span[1]:
+            return (index, "in", j, ptr - described[j].ptr)
+    ws = launcher.workspace_holding(ptr)
+    if ws is None:
+        raise ValueError("a kernel argument points to memory made for this call only")
+    keep.append(ws)
+    return None
+
+
+def _self_check(plan, arrays, stream, result):
+    """Replay the first plan once beside the ordinary result; switch plans off if they
+    differ (numba-cuda changed its argument layout)."""
+    _state["checked"] = True
+    try:
+        again = plan(arrays, stream)
+        a, b = (np.concatenate([np.ravel(kinds.to_numpy(r)).astype(np.float64) for r in
+                                (x if isinstance(x, tuple) else (x,))]) for x in (result, again))
+        # close, not equal: kernels that accumulate with atomics (dQ) vary in the last bits
+        same = a.shape == b.shape and np.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)
+    except Exception as e:  # noqa: BLE001 - any failure here means: do not replay
+        same, why = False, f"{type(e).__name__}: {e}"
+    else:
+        why = "a replayed launch gave a different result"
+    if not same:
+        disable(why)

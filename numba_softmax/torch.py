@@ -1,0 +1,138 @@
+"""PyTorch integration: ``softmax``, ``log_softmax`` and ``attention`` with autograd.
+
+    import numba_softmax.torch as nst
+    y = nst.softmax(x, dim=-1)                   # x: a CUDA tensor
+    o = nst.attention(q, k, v, causal=True)
+    loss.backward()                              # through the package's backward kernels
+
+Each is a ``torch.library.custom_op`` in the namespace ``numba_softmax`` (so
+``torch.compile`` sees an opaque op it can trace around, through the fake
+implementations registered here), with ``register_autograd``: the forward saves what the
+backward needs — y for softmax and log_softmax, (q, k, v, O, LSE) for attention — and the
+backward is itself an op calling :mod:`numba_softmax.backward`.  On CUDA tensors every op
+calls the package's public functions on ``torch.cuda.current_stream()``.
+
+Importing this module imports torch; importing :mod:`numba_softmax` does not.  The LSE
+of attention is returned by the op but marked non-differentiable: gradients flow through
+O only.  Double backward is not supported.
+"""
+
+from typing import Optional
+
+import torch
+
+from . import backward as _backward
+from .attention import attention as _attention
+from .softmax import log_softmax as _log_softmax
+from .softmax import softmax as _softmax
+
+__all__ = ["softmax", "log_softmax", "attention"]
+
+_LIB = "numba_softmax"
+
+
+def _stream(t):
+    return torch.cuda.current_stream(t.device)
+
+
+def _rows_like(x, dim):
+    """An empty tensor laid out as the package returns a row-wise result: C order with
+    ``dim`` moved last, then moved back (a view)."""
+    dim = dim % max(x.dim(), 1)
+    shape = list(x.shape)
+    n = shape.pop(dim) if x.dim() else 1
+    out = x.new_empty(shape + [n]) if x.dim() else x.new_empty(())
+    return out.movedim(-1, dim) if x.dim() else out
+
+
+# --- softmax and log_softmax ----------------------------------------------------------------
+def _row_op(name, forward, backward):
+    """Register ``name`` (x, dim) -> y and ``name_backward`` (dy, y, dim) -> dx, with
+    autograd saving y."""
+
+    @torch.library.custom_op(f"{_LIB}::{name}", mutates_args=(), device_types="cuda")
+    def op(x: torch.Tensor, dim: int) -> torch.Tensor:
+        return forward(x, dim, stream=_stream(x))
+
+    @torch.library.custom_op(f"{_LIB}::{name}_backward", mutates_args=(), device_types="cuda")
+    def op_backward(dy: torch.Tensor, y: torch.Tensor, dim: int) -> torch.Tensor:
+        return backward(dy, y, dim, stream=_stream(y))
+
+    op.register_fake(lambda x, dim: _rows_like(x, dim))
+    op_backward.register_fake(lambda dy, y, dim: _rows_like(y, dim))
+
+    def setup_context(ctx, inputs, output):
+        ctx.dim = inputs[1]
+        ctx.save_for_backward(output)  # the backward needs y only
+
+    def grad(ctx, dy):
+        (y,) = ctx.saved_tensors
+        return op_backward(dy, y, ctx.dim), None
+
+    op.register_autograd(grad, setup_context=setup_context)
+    return op, op_backward
+
+
+softmax_op, softmax_backward_op = _row_op("softmax", _softmax, _backward.softmax_backward)
+log_softmax_op, log_softmax_backward_op = _row_op("log_softmax", _log_softmax,
+                                                  _backward.log_softmax_backward)
+
+
+def softmax(x, dim=-1):
+    """``torch.softmax(x, dim)`` through the package's kernels, differentiable."""
+    return softmax_op(x, dim)
+
+
+def log_softmax(x, dim=-1):
+    """``torch.log_softmax(x, dim)`` through the package's kernels, differentiable."""
+    return log_softmax_op(x, dim)
+
+
+# --- attention ------------------------------------------------------------------------------
+@torch.library.custom_op(f"{_LIB}::attention", mutates_args=(), device_types="cuda")
+def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                 scale: Optional[float]) -> tuple[torch.Tensor, torch.Tensor]:
+    return _attention(q, k, v, causal=causal, scale=scale, return_lse=True, stream=_stream(q))
+
+
+@torch.library.custom_op(f"{_LIB}::attention_backward", mutates_args=(), device_types="cuda")
+def attention_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          o: torch.Tensor, lse: torch.Tensor, causal: bool,
+                          scale: Optional[float]
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _backward.attention_backward(do, q, k, v, o, lse, causal=causal, scale=scale,
+                                        stream=_stream(q))
+
+
+@attention_op.register_fake
+def _(q, k, v, causal, scale):
+    return (q.new_empty(q.shape[:-1] + v.shape[-1:]),
+            q.new_empty(q.shape[:-1], dtype=torch.float32))
+
+
+@attention_backward_op.register_fake
+def _(do, q, k, v, o, lse, causal, scale):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _attention_setup(ctx, inputs, output):
+    q, k, v, ctx.causal, ctx.scale = inputs
+    o, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, o, lse)  # LSE: P is rebuilt from it, tile by tile
+
+
+def _attention_grad(ctx, do, _dlse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = attention_backward_op(do, q, k, v, o, lse, ctx.causal, ctx.scale)
+    return dq, dk, dv, None, None
+
+
+attention_op.register_autograd(_attention_grad, setup_context=_attention_setup)
+
+
+def attention(q, k, v, causal=False, scale=None):
+    """Scaled dot-product attention O = softmax(scale·QKᵀ) V through the package's flash
+    forward and backward, differentiable in q, k and v (``causal``: bottom-right aligned,
+    PyTorch's ``is_causal`` for Sq == Sk; ``scale`` default 1/sqrt(D))."""
+    return attention_op(q, k, v, causal, scale)[0]

@@ -1,0 +1,216 @@
+#!/usr/bin/env python
+"""The one way this project is checked on a GPU, and the record it leaves.
+
+    python scripts/gpu_check.py --out DIR [--git-hash HASH]        # everything, ~9 min (H100)
+    python scripts/gpu_check.py --only suite,fuzz --fuzz-shards 2    # a part
+
+Phase 1 — correctness, in parallel processes (they may share the GPU: nothing is timed):
+the test suite under the ``gpu`` Hypothesis profile (everything but the jobs below),
+the reliability tests, the fuzz run split into shards (one Hypothesis seed each, so every
+shard draws new cases; the total number of generated cases is counted from Hypothesis'
+statistics), every example that does not time anything in its GPU form, and
+compute-sanitizer's memcheck, racecheck, synccheck and initcheck over
+``scripts/sanitize.py``'s ragged workload.
+
+Phase 2 — what times kernels runs alone, after phase 1, one job at a time: the examples
+that print timings (their numbers would be polluted by anything sharing the GPU).
+
+Every job has a time limit; a job that fails, times out or reports a sanitizer error is a
+failing check.  The record — ``gpu-check-<device>.json`` and a short ``.txt`` — holds
+the device, driver, CUDA and package versions, the date, the git hash of the tree it ran
+on, a hash of the package's source files (``scripts/check_record.py`` says whether a
+committed record is current) and, per job: passed / failed / skipped counts, examples
+run, sanitizer errors, wall time.  The last line is ``GPU CHECK: PASS`` or
+``GPU CHECK: FAIL (…)``.
+"""
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+PYTEST = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-ra", "-n", "0"]
+OWN_JOBS = ("tests/test_fuzz.py", "tests/test_reliability.py", "tests/test_examples.py",
+            "tests/test_docs.py", "tests/test_bench.py")
+TIMED_EXAMPLES = ("02_block_sweep.py", "03_memory_traffic.py", "05_flash_attention.py",
+                  "06_split_kv_decode.py")
+TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+
+
+def source_hash(root=ROOT):
+    """SHA-256 over the package's source files (path and bytes, sorted)."""
+    h = hashlib.sha256()
+    for p in sorted((root / "numba_softmax").rglob("*.py")):
+        h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def environment(git_hash):
+    def version(mod):
+        try:
+            return __import__(mod).__version__
+        except Exception:  # noqa: BLE001 - absent or broken: say so
+            return None
+
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+                              "--format=csv,noheader"], capture_output=True, text=True).stdout
+    except FileNotFoundError:  # no driver tools: not a GPU machine
+        smi = "no GPU,"
+    name, _, driver = (smi.strip().splitlines() or [","])[0].partition(",")
+    from numba import cuda
+
+    try:
+        rt = ".".join(map(str, cuda.runtime.get_version()))
+    except Exception:  # noqa: BLE001 - the simulator has no runtime
+        rt = None
+    return {"device": name.strip(), "driver": driver.strip(), "cuda_runtime": rt,
+            "numba": version("numba"), "numba_cuda": version("numba_cuda"),
+            "numpy": version("numpy"), "cupy": version("cupy"), "torch": version("torch"),
+            "python": sys.version.split()[0],
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "git_hash": git_hash, "source_hash": source_hash()}
+
+
+def run(name, cmd, log_dir, limit, env=None):
+    """Run one job; returns its result dict (exit code, wall time, log path)."""
+    log = log_dir / f"{name}.log"
+    t0 = time.time()
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    with open(log, "w") as f:
+        try:
+            code = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                                  env=full_env, timeout=limit).returncode
+        except subprocess.TimeoutExpired:
+            code = 124
+    text = log.read_text(errors="replace")
+    return {"name": name, "exit": code, "seconds": round(time.time() - t0, 1),
+            **parse(text), "log": log.name}
+
+
+_COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)")
+_EXAMPLES = re.compile(r"(\d+) passing examples?, (\d+) failing examples?")
+_SANITIZER = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error")
+_EXAMPLE_RUN = re.compile(r"^== example (\S+) exit (\d+)$", re.M)
+
+
+def parse(text):
+    out = {}
+    tail = [line for line in text.splitlines() if " in " in line and ("passed" in line or "failed" in line
+                                                                       or "error" in line)]
+    if tail:
+        for n, what in _COUNTS.findall(tail[-1]):
+            out[what.rstrip("s") if what.startswith("error") else what] = int(n)
+    found = _EXAMPLES.findall(text)
+    if found:
+        out["hypothesis_examples"] = sum(int(a) + int(b) for a, b in found)
+    san = _SANITIZER.findall(text)
+    if san:
+        out["sanitizer_errors"] = sum(int(n) for n in san)
+    ex = _EXAMPLE_RUN.findall(text)
+    if ex:
+        out["examples_run"] = len(ex)
+        out["examples_failed"] = [e for e, code in ex if code != "0"]
+    return out
+
+
+def example_job(names):
+    script = "; ".join(f'echo "== example {n}"; python examples/{n}; echo "== example {n} exit $?"'
+                       for n in names)
+    return ["bash", "-c", script]
+
+
+def jobs(args, log_dir):
+    """Phase 1 jobs: (name, command, limit, env)."""
+    suite = [p for p in sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py"))
+             if p not in OWN_JOBS]
+    out = [("suite", PYTEST + ["-n", "6", "--hypothesis-profile=gpu"] + suite, args.limit, None),
+           ("reliability", PYTEST + ["tests/test_reliability.py"], args.limit, None)]
+    for shard in range(args.fuzz_shards):
+        out.append((f"fuzz-{shard}", PYTEST + [
+            "--hypothesis-profile=fuzz", f"--hypothesis-seed={1000 + shard}",
+            "--hypothesis-show-statistics", "tests/test_fuzz.py"], args.limit,
+            {"NUMBA_SOFTMAX_FUZZ_EXAMPLES": str(args.fuzz_examples)}))
+    untimed = sorted(p.name for p in (ROOT / "examples").glob("[0-9]*.py")
+                     if p.name not in TIMED_EXAMPLES)
+    out.append(("examples", example_job(untimed), args.limit, None))
+    if not args.skip_sanitizers:
+        for tool in TOOLS:
+            out.append((f"sanitize-{tool}", [PY, "scripts/sanitize.py", "--tool", tool,
+                                             "--log-dir", str(log_dir / "sanitize")],
+                        args.limit, None))
+    return out
+
+
+def summary(env, results):
+    failed = []
+    for r in results:
+        bad = (r["exit"] != 0 or r.get("failed", 0) or r.get("error", 0)
+               or r.get("sanitizer_errors", 0) or r.get("examples_failed"))
+        if bad:
+            failed.append(r["name"] + (" (timed out)" if r["exit"] == 124 else ""))
+    fuzz = sum(r.get("hypothesis_examples", 0) for r in results if r["name"].startswith("fuzz"))
+    lines = [f"GPU check on {env['device']} (driver {env['driver']}), {env['date']}",
+             f"tree {env['git_hash'] or '?'}, package source {env['source_hash'][:16]}",
+             f"numba {env['numba']}, numba-cuda {env['numba_cuda']}, numpy {env['numpy']}, "
+             f"cupy {env['cupy']}, torch {env['torch']}, Python {env['python']}", "",
+             f"{'job':<22}{'exit':>5}{'passed':>8}{'failed':>8}{'skipped':>8}{'examples':>10}"
+             f"{'sanitizer':>10}{'seconds':>9}"]
+    for r in results:
+        ex = r.get("hypothesis_examples", r.get("examples_run", ""))
+        lines.append(f"{r['name']:<22}{r['exit']:>5}{r.get('passed', ''):>8}{r.get('failed', ''):>8}"
+                     f"{r.get('skipped', ''):>8}{ex:>10}{r.get('sanitizer_errors', ''):>10}"
+                     f"{r['seconds']:>9}")
+    lines += ["", f"fuzz cases generated: {fuzz}"]
+    verdict = "GPU CHECK: PASS" if not failed else f"GPU CHECK: FAIL ({', '.join(failed)})"
+    return lines + [verdict], not failed, fuzz
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=str(ROOT / "build" / "gpu-check"), help="logs and the record")
+    p.add_argument("--git-hash", default=os.environ.get("GIT_HASH"), help="the tree's commit")
+    p.add_argument("--only", help="comma-separated job name prefixes (default: all)")
+    p.add_argument("--fuzz-shards", type=int, default=4)
+    p.add_argument("--fuzz-examples", type=int, default=150, help="per fuzz test per shard")
+    p.add_argument("--limit", type=int, default=330, help="seconds per phase-1 job")
+    p.add_argument("--workers", type=int, default=12)
+    p.add_argument("--skip-sanitizers", action="store_true")
+    p.add_argument("--skip-timed", action="store_true")
+    args = p.parse_args(argv)
+    log_dir = Path(args.out)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    if args.git_hash is None:
+        git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        args.git_hash = git.stdout.strip() or None
+    env = environment(args.git_hash)
+    todo = jobs(args, log_dir)
+    if args.only:
+        keep = tuple(args.only.split(","))
+        todo = [j for j in todo if j[0].startswith(keep)]
+    with ThreadPoolExecutor(max_workers=args.workers) as pool:  # phase 1: correctness
+        results = list(pool.map(lambda j: run(j[0], j[1], log_dir, j[2], j[3]), todo))
+    if not args.skip_timed and (not args.only or "timed" in args.only):
+        for name in TIMED_EXAMPLES:  # phase 2: alone
+            results.append(run(f"timed-{name[:2]}", example_job([name]), log_dir, 240))
+    lines, ok, fuzz = summary(env, results)
+    text = "\n".join(lines)
+    print(text)
+    slug = re.sub(r"[^a-z0-9]+", "-", env["device"].lower()).strip("-") or "gpu"
+    (log_dir / f"gpu-check-{slug}.txt").write_text(text + "\n")
+    record = {**env, "jobs": results, "fuzz_cases": fuzz, "verdict": lines[-1]}
+    (log_dir / f"gpu-check-{slug}.json").write_text(json.dumps(record, indent=1) + "\n")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

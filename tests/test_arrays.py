@@ -1,0 +1,80 @@
+"""The array layer end to end (simulator and GPU): views, copies, out=, shapes.
+
+Every layout goes through the same pointer arithmetic on the simulator as on a GPU
+(views of simulated device memory are built from pointers and strides too), so these run
+in CI.  Small shapes, each against the float64 reference."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numba_softmax as ns
+from numba_softmax import reference as R
+from numba_softmax.arrays import kinds
+
+from _helpers import permuted
+
+TOL = dict(rtol=1e-5, atol=1e-6)
+
+
+def want(x, axis):
+    return np.moveaxis(R.softmax(np.moveaxis(np.asarray(x, np.float64), axis, -1)), -1, axis)
+
+
+def fresh(shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("case", ["negative both", "negative rows", "negative columns",
+                                  "stepped", "1x1 negative"])
+def test_numpy_views(case):
+    base = fresh((6, 9), 1)
+    x = {"negative both": base[::-1, ::-2], "negative rows": base[::-2],
+         "negative columns": base[:, ::-1], "stepped": base[1::2, ::3],
+         "1x1 negative": base[:1, :1][::-1, ::-1]}[case]
+    np.testing.assert_allclose(ns.softmax(x), want(x, -1), **TOL)
+
+
+@pytest.mark.parametrize("case", ["negative rows", "negative columns", "permuted", "stepped"])
+def test_numba_views_copy_or_fold_on_the_device(case):
+    host = fresh((3, 4, 5), 2)
+    d = cuda.to_device(host)
+    x, h = {"negative rows": (d[::-1], host[::-1]), "negative columns": (d[:, :, ::-1], host[:, :, ::-1]),
+            "permuted": (permuted(d, [2, 0, 1]), host.transpose(2, 0, 1)),
+            "stepped": (d[:, ::2, 1:], host[:, ::2, 1:])}[case]
+    for axis in (0, 2):
+        np.testing.assert_allclose(ns.softmax(x, axis=axis).copy_to_host(), want(h, axis), **TOL)
+    assert np.array_equal(d.copy_to_host(), host)  # the input is never modified
+
+
+def test_out_in_place_strided_and_overlapping():
+    host = fresh((4, 6), 3)
+    d = cuda.to_device(host)
+    assert ns.softmax(d, out=d) is d  # in place
+    np.testing.assert_allclose(d.copy_to_host(), want(host, -1), **TOL)
+    x = cuda.to_device(host)
+    base = cuda.to_device(np.full((6, 8), 7.0, np.float32))
+    out = permuted(base, [1, 0])[:4, :6]  # (4, 6) with strides (1, 8): written in place
+    assert ns.log_softmax(x, out=out) is out
+    got = base.copy_to_host()
+    np.testing.assert_allclose(got[:6, :4].T, np.log(want(host, -1)), rtol=1e-5, atol=1e-5)
+    assert (got[:, 4:] == 7.0).all() and (got[6:] == 7.0).all()  # nothing else written
+    with pytest.raises(ValueError, match="overlaps"):
+        ns.softmax(x[:, :5], out=x[:, 1:])
+    with pytest.raises(ValueError, match="share memory"):
+        ns.softmax(x, out=_broadcast_out())
+
+
+def _broadcast_out():
+    d = kinds.describe(cuda.to_device(np.zeros(6, np.float32)))
+    return kinds.view_of(d, (4, 6), (0, 1))  # every row the same memory
+
+
+def test_shapes_follow_numpy():
+    assert ns.softmax(np.float32(3.0)).shape == ()
+    assert ns.log_softmax(np.ones((), np.float32)).shape == ()
+    assert ns.logsumexp(np.ones((), np.float32)).shape == ()
+    assert ns.logsumexp(np.ones((2, 0), np.float32)).tolist() == [-np.inf, -np.inf]
+    assert ns.softmax(np.ones((0, 3), np.float32)).shape == (0, 3)
+    np.testing.assert_allclose(ns.combine(np.array([0.0, 1.0]), 1.0, np.array([1.0, -np.inf]), 1.0)[1],
+                               [1 + np.exp(-1.0), 1.0])
