@@ -241,6 +241,17 @@ def choose_splits(units, keys, resident_blocks, keys_per_step):
 
 
 # --- launch ---------------------------------------------------------------------------------
+_RESIDENT = {}
+
+
+def _resident(dec, args, threads, shared):
+    """How many blocks of ``dec`` the device holds at once (asked once per variant)."""
+    key = (dec, launcher.device_limits().name, threads, shared)
+    if key not in _RESIDENT:
+        _RESIDENT[key] = launcher.max_cooperative_blocks(dec, args, threads, shared)
+    return _RESIDENT[key]
+
+
 def run(q, k, v, o, lse, *, paged, table=None, seqlens=None, max_seqlen_k=None,
         num_splits=None, kv_chunk=None, causal=False, window=(-1, -1), scale=None, stream=0,
         small=False):
@@ -289,7 +300,7 @@ def run(q, k, v, o, lse, *, paged, table=None, seqlens=None, max_seqlen_k=None,
         splits, kv_chunk = max(1, min(int(num_splits), MAX_SPLITS)), 0
     else:
         kv_chunk = 0
-        resident = 8 if small else launcher.max_cooperative_blocks(dec, args(0, 1), 32 * warps, shared)
+        resident = 8 if small else _resident(dec, args(0, 1), 32 * warps, shared)
         splits = choose_splits(units, sk, resident, warps * kpw * unroll)
     if splits > MAX_SPLITS:
         raise ValueError(f"{splits} splits; at most {MAX_SPLITS}")
