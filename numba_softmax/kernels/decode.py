@@ -1,7 +1,7 @@
 """v6 — split-KV decoding (flash-decoding) with grouped-query heads, merged in the same kernel.
 
 A decoder producing a token has, per (batch, query head), Sq = 1 query row (or a few) and a
-KV cache of Sk keys.  The FlashAttention grid of :mod:`.attention` would give each
+KV cache of Sk keys.  The FlashAttention grid of :mod:`numba_softmax.kernels.attention` would give each
 (batch, head) one block walking the whole cache alone — B·H blocks, a fraction of the
 multiprocessors — and, with grouped-query attention, every query head of a group would
 read the same K/V head again.  Decoding is memory-bound: its speed is the rate at which
@@ -45,7 +45,8 @@ from . import counters, jit, launcher, shuffle, tileio
 from . import visible as vis
 from .decode_merge import MAX_SPLITS, fold_splits, fold_warps
 from .jit import accumulator
-from .merge import merge_pair_launch, merge_splits_launch, partials, split_chunk, split_forward  # noqa: F401
+from .merge import merge_pair_launch, merge_splits_launch  # noqa: F401  (the API's names)
+from .merge import partials, split_chunk, split_forward  # noqa: F401
 from .ptx import nan_max
 
 FULL_MASK = 0xFFFFFFFF
@@ -53,7 +54,6 @@ VALUES_PER_LANE = 8  # EPL: D-values of a key row each lane reads
 MAX_ROWS = 4  # query rows one block takes (more: further row chunks)
 MAX_HEAD_DIM = 256
 WARPS = 8
-UNROLL = 6  # keys a lane loads at once (more: the compiler stops unrolling, arrays spill)
 
 
 def lanes(dtype, d, dv):
@@ -62,7 +62,7 @@ def lanes(dtype, d, dv):
     lpk = 1
     while lpk < need:
         lpk *= 2
-    return lpk, 32 // lpk, 4 if np.dtype(dtype).itemsize <= 2 else 2
+    return lpk, 32 // lpk, 4 if np.dtype(dtype).itemsize <= 2 else 2  # 8 16-byte loads a lane
 
 
 @functools.cache
@@ -116,7 +116,7 @@ def kernel(dtype, d, dv, rows, warps, paged, width):
             a = lo + z * per
             e = min(hi, a + per)
 
-        qv = cuda.local.array(N_Q, acc)  # the lane's 8 values of each row's q, scaled
+        qv = cuda.local.array(N_Q, acc)  # the lane's 8 values of each row's q
         row_i = cuda.local.array(RB, int64)  # each row's query index
         for r in range(RB):
             pr = pr0 + r

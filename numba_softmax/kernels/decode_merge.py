@@ -42,12 +42,39 @@ row_of = jit.device(_row)
 
 
 @functools.cache
+def rebase(dtype):
+    """Device function ``rebase(f, l, unit, n, r, rows)``: fold the n states
+    (m_k, ℓ_k) = (f[k·rows + r], l[k·rows + r] — or 1 with ``unit``) of row r into the
+    row's (m, ℓ), which it returns, and overwrite each f[k·rows + r] with the factor
+    exp(m_k − m)/ℓ that turns state k's O into its share of the normalised output
+    (0 for every k when ℓ = 0: nothing was seen)."""
+    acc = accumulator(dtype)
+
+    @jit.device
+    def fold(f, l, unit, n, r, rows):
+        mx = acc(-math.inf)
+        for k in range(n):
+            mx = nan_max(f[k * rows + r], mx)
+        lt = acc(0.0)
+        for k in range(n):
+            w = weight_device(f[k * rows + r], mx)
+            lt += w if unit else l[k * rows + r] * w
+        inv = acc(1.0) / lt if lt != acc(0.0) else acc(0.0)
+        for k in range(n):
+            f[k * rows + r] = weight_device(f[k * rows + r], mx) * inv
+        return mx, lt
+
+    return fold
+
+
+@functools.cache
 def fold_warps(dtype, lanes_per_key, dv, rows, warps):
     acc = accumulator(dtype)
     store_o = jit.storer(dtype)
     RB, W, LPK = rows, warps, lanes_per_key
     DVP = LPK * EPL  # columns the lanes of a key slot cover
     N_STATE, THREADS = W * RB, 32 * warps
+    fold_states = rebase(dtype)
 
     @jit.device
     def fold(m, l, ov, t, o, lse, o_ws, lse_ws, z, splits, b, hk, group, pr0, n_rows):
@@ -65,15 +92,7 @@ def fold_warps(dtype, lanes_per_key, dv, rows, warps):
                     o_s[(warp * RB + r) * DVP + t * EPL + c] = ov[r * EPL + c]
         cuda.syncthreads()  # every warp's state is in shared memory
         if tid < RB:  # one thread per row: (m, ℓ) of the block, and each warp's factor
-            mx = acc(-math.inf)
-            for w in range(W):
-                mx = nan_max(f_s[w * RB + tid], mx)
-            lt = acc(0.0)
-            for w in range(W):
-                lt += l_s[w * RB + tid] * weight_device(f_s[w * RB + tid], mx)
-            inv = acc(1.0) / lt if lt != acc(0.0) else acc(0.0)
-            for w in range(W):
-                f_s[w * RB + tid] = weight_device(f_s[w * RB + tid], mx) * inv
+            mx, lt = fold_states(f_s, l_s, False, W, tid, RB)
             row_l[tid] = lt
             pr = pr0 + tid
             if pr < n_rows:
@@ -111,6 +130,7 @@ def fold_splits(dtype, dv, rows, warps):
     TPI = max(1, THREADS // ITEMS)  # threads per 4 output columns: each folds every TPI-th z
     ZR, RED = MAX_SPLITS * RB, 4 * ITEMS * TPI
     BATCH = 8  # partials a thread loads before it uses any
+    fold_states = rebase(dtype)
     BUF = 4 * BATCH
     load4 = tileio.global_load(4)
 
@@ -129,16 +149,8 @@ def fold_splits(dtype, dv, rows, warps):
                 h, i = row_of(pr, hk, group)
                 f_s[idx] = lse_ws[z * n_b + b, h, i]
         cuda.syncthreads()  # all LSE_z are in shared memory
-        if tid < RB:  # one thread per row: (m, ℓ) over z, and each split's factor
-            mx = acc(-math.inf)
-            for z in range(splits):
-                mx = nan_max(f_s[z * RB + tid], mx)
-            lt = acc(0.0)
-            for z in range(splits):
-                lt += weight_device(f_s[z * RB + tid], mx)
-            inv = acc(1.0) / lt if lt != acc(0.0) else acc(0.0)
-            for z in range(splits):
-                f_s[z * RB + tid] = weight_device(f_s[z * RB + tid], mx) * inv
+        if tid < RB:  # one thread per row: (m, ℓ) over z (each ℓ_z = 1), and each split's factor
+            mx, lt = fold_states(f_s, f_s, True, splits, tid, RB)
             l_s[tid] = lt
             pr = pr0 + tid
             if pr < n_rows:

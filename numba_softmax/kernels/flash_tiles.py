@@ -1,4 +1,4 @@
-"""The layout of one block of the CUDA-core FlashAttention kernel (:mod:`.attention`):
+"""The layout of one block of the CUDA-core FlashAttention kernel (:mod:`numba_softmax.kernels.attention`):
 which lane holds which scores, where each tile sits in shared memory, and the copy of a
 tile from global into shared memory.
 

@@ -13,7 +13,7 @@ so the result depends neither on where the cuts fall nor on the order of the mer
 float rounding).
 
 ``merge_splits`` folds the Z partials that split-KV's first kernel wrote (the forward
-kernel of :mod:`.attention` with ``kv_chunk``); ``merge_pair`` is the same fold for two
+kernel of :mod:`numba_softmax.kernels.attention` with ``kv_chunk``); ``merge_pair`` is the same fold for two
 results held in separate arrays: the pairwise step of ring attention (the sources'
 ``update_out_and_lse``).  One warp per query row, lanes along Dv (coalesced); the rows
 of all (batch, head) pairs are numbered along one grid axis, so any batch·heads runs.
@@ -142,7 +142,7 @@ def split_chunk(sk, num_splits, block_k):
 
 def split_forward(q, k, v, o, lse, *, num_splits=None, kv_chunk=None, stream=0, small=False,
                   **options):
-    """Split-KV in two kernels: the forward kernel of :mod:`.attention` writes one float32
+    """Split-KV in two kernels: the forward kernel of :mod:`numba_softmax.kernels.attention` writes one float32
     partial per key range (``kv_chunk`` keys each, or ``num_splits`` ranges of whole
     tiles), then :func:`merge_splits_launch` folds them into ``o``, ``lse``."""
     from . import attention as forward
