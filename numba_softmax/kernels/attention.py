@@ -35,7 +35,9 @@ RPL + CPL float4 from shared memory and does 4·RPL·CPL fused multiply-adds (RP
 16 loads feed 256 FMAs).  A row's Bc scores live in the 8 lanes of its row group: the row
 max is a 3-step ``shfl_xor_sync`` butterfly; the row sum waits — every lane keeps the ℓ of
 its own columns, re-based by the same α, and the 8 partials are added once, at the end.
-P goes through shared memory (each warp writes and reads only its own rows).
+P goes through shared memory (each warp writes and reads only its own rows).  Scores are
+kept in base 2 (Q is staged times scale·log2 e), so exp(s − m) is one ``ex2``, and the
+NaN-keeping row max is one ``max.NaN.f32`` (:mod:`.ptx`); LSE returns to base e at the end.
 
 Also in the one kernel (runtime arguments, uniform over a block — no extra compilations):
 grouped-query attention (query head h reads key/value head h // (Hq/Hkv), never
