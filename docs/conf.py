@@ -4,7 +4,9 @@ Build:  sphinx-build -W -b html docs docs/_build/html   (warnings are errors)
 
 The API pages import ``numba_softmax``.  Without a usable GPU the package is imported on
 the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``), decided here *before* numba is imported;
-a value set in the environment wins.  Nothing is compiled or launched by the build.
+a value set in the environment wins.  The build launches a few tiny kernels (the walk of
+one row, ``docs/_ext/walk.py``, through ``docs/_ext/computed.py``): under a second on the
+simulator.
 """
 
 import ctypes
@@ -45,6 +47,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
     "benchmark_tables",  # docs/_ext: measured tables and plots from docs/benchmarks/, if present
+    "computed",  # docs/_ext: `% computed: NAME` — the walk of one row, the sources' forms, run
 ]
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}

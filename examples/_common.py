@@ -2,23 +2,51 @@
 
 ``--sim`` has to set ``NUMBA_ENABLE_CUDASIM=1`` *before* numba is first imported, so
 each example imports this module first: importing it looks at the command line and
-switches the simulator on when ``--sim`` is there.  It never imports numba itself at
-import time.
+switches the simulator on when ``--sim`` is there.  Without ``--sim`` on a machine with
+no usable GPU it says so in one line and starts the example again on the simulator (as
+``numba-softmax tour`` does) rather than ending in the driver's traceback.
 """
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+NO_GPU = ("No usable CUDA GPU here: running on the CUDA simulator instead (as with --sim: "
+          "tiny sizes, and no times — they would measure Python threads).")
+
+
+def _simulating():
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
 def _early_sim():
     if "--sim" in sys.argv[1:]:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    elif not _simulating() and _running_an_example():
+        _fall_back_without_gpu()
+
+
+def _running_an_example():
+    """True when the process is ``python examples/NN_*.py`` (not an import elsewhere)."""
+    try:
+        return Path(sys.argv[0]).resolve().parent == Path(__file__).resolve().parent
+    except (OSError, IndexError):
+        return False
+
+
+def _fall_back_without_gpu():
+    """No GPU: start this script again with --sim (numba must load after the switch)."""
+    from numba import cuda
+
+    if cuda.is_available():
+        return
+    print(NO_GPU, flush=True)
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    os.execv(sys.executable, [sys.executable, sys.argv[0], *sys.argv[1:], "--sim"])
 
 
 def _importable():
@@ -56,7 +84,7 @@ def parse(doc, add_arguments=None, argv=None):
         if "numba" in sys.modules and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
             parser.error("--sim must be chosen before numba is imported")
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-    args.sim = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+    args.sim = _simulating()
     return args
 
 
@@ -65,76 +93,18 @@ def pick(args, sim, gpu):
     return sim if args.sim else gpu
 
 
-# --- timing -----------------------------------------------------------------------------
-_SPIN = None
+# --- timing ---------------------------------------------------------------------------
+def seconds(fn, sim, warmup=3, repeat=20, inner=1):
+    """Median seconds of one ``fn()`` by the benchmark's timer
+    (:func:`numba_softmax.bench.timing.seconds`: CUDA events around ``inner`` back-to-back
+    calls queued behind a sleeping kernel, after ``warmup`` calls) — or None on the
+    simulator, where a time would measure Python threads: the examples leave every
+    time-derived cell blank there instead of printing numbers that look real."""
+    if sim:
+        return None
+    from numba_softmax.bench.timing import seconds as timed
 
-
-def _spin(us):
-    """Keep the GPU busy for about ``us`` microseconds (one thread, ``nanosleep``), so
-    that the launches queued behind it are all in the queue before the timed interval
-    starts: Python's launch overhead (~17 µs a launch) then cannot leave the GPU idle
-    inside the interval."""
-    global _SPIN
-    from numba import cuda
-
-    if _SPIN is None:
-        @cuda.jit
-        def spin(n):
-            for _ in range(n):
-                cuda.nanosleep(1000)
-
-        _SPIN = spin
-    _SPIN[1, 1](int(us))
-
-
-def time_it(fn, sim, warmup=3, repeat=20, inner=1, queue_us=60):
-    """Median seconds of one ``fn()`` call (which launches device work).
-
-    On a GPU: CUDA events recorded around ``inner`` back-to-back calls on the default
-    stream, queued behind a short sleeping kernel (``queue_us`` µs per call; raise it for
-    calls with a lot of Python in them) so that the events time the device, not Python,
-    and with frees deferred; ``repeat`` such samples after ``warmup`` untimed calls (the
-    first pays the JIT compilation).  On the simulator events measure nothing
-    (their elapsed time is −1), so wall-clock time is used; such numbers describe Python
-    threads, not a GPU, and are printed only to show the table's shape.
-    """
-    from numba import cuda
-
-    for _ in range(warmup):
-        fn()
-    cuda.synchronize()
-    samples = []
-    for _ in range(repeat):
-        if sim:
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            cuda.synchronize()
-            samples.append((time.perf_counter() - t0) / inner)
-        else:
-            start, stop = cuda.event(), cuda.event()
-            with cuda.defer_cleanup():  # no cudaFree (which synchronises) inside the interval
-                if queue_us:
-                    _spin(queue_us * inner)
-                start.record()
-                for _ in range(inner):
-                    fn()
-                stop.record()
-                stop.synchronize()
-            samples.append(start.elapsed_time(stop) / 1e3 / inner)  # ms → s
-    return statistics.median(samples)
-
-
-def first_call(fn):
-    """Run ``fn()`` once, synchronised; return (its result, wall-clock seconds).  On the
-    simulator this one call doubles as the (meaningless) timing: running it again would
-    only cost minutes."""
-    from numba import cuda
-
-    t0 = time.perf_counter()
-    result = fn()
-    cuda.synchronize()
-    return result, time.perf_counter() - t0
+    return timed(fn, sim, warmup=warmup, repeat=repeat, inner=inner)
 
 
 def device_name(sim):

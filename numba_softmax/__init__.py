@@ -25,6 +25,7 @@ from .attention import attention, merge_attention  # noqa: E402
 from .backward import attention_backward, log_softmax_backward, softmax_backward  # noqa: E402
 from .ring import ring_attention  # noqa: E402  (imports torch only when called)
 from .softmax import log_softmax, logsumexp, softmax  # noqa: E402
+from .topk import sample, softmax_topk  # noqa: E402
 
 
 def combine(m_a, l_a, m_b, l_b):
@@ -49,7 +50,9 @@ merge_attention = _errors.public(merge_attention)
 softmax_backward = _errors.public(softmax_backward)
 log_softmax_backward = _errors.public(log_softmax_backward)
 attention_backward = _errors.public(attention_backward)
+softmax_topk = _errors.public(softmax_topk)
+sample = _errors.public(sample)
 
 __version__ = "0.1.0"
 __all__ = ["combine", "softmax", "log_softmax", "logsumexp", "attention", "merge_attention",
-           "softmax_backward", "log_softmax_backward", "attention_backward", "ring_attention"]
+           "softmax_backward", "log_softmax_backward", "attention_backward", "ring_attention", "softmax_topk", "sample"]

@@ -7,10 +7,12 @@ fake ``cuda`` module those calls, so the *same* kernel source runs in both place
 Nothing here is used on a real GPU.
 
 A shuffle is warp-synchronous: the 32 lanes of a warp exchange values together.  The
-emulation gives each simulated warp a board and a barrier: every lane posts its value,
-the warp meets at the barrier, each lane reads its partner's value, and the warp meets
-again before the board is reused.  Like the hardware's full-mask shuffle, it needs
-every lane of the warp to take part (the kernels here use whole warps).
+emulation gives each simulated warp two boards, used in turn, and a barrier: every lane
+posts its value, the warp meets at the barrier, each lane reads its partner's value (the
+next exchange posts on the other board).  Like the hardware's full-mask shuffle, it
+needs every lane of the warp to take part (the kernels here use whole warps).
+:func:`warp_exchange` is the same step for any warp-wide instruction: the tensor-core
+emulation of :mod:`.kernels.mma` is built on it.
 """
 
 import threading
@@ -23,17 +25,31 @@ def simulator_enabled():
     from numba.cuda.core import config
 
     return bool(config.ENABLE_CUDASIM)
+
+
 _lock = threading.Lock()
 
 
 class _Warp:
+    """Two boards, used in turn, and one barrier: a lane may post to the next board while
+    a slower one still reads the last, and cannot get round to this board again before
+    every lane has passed the next barrier — one barrier round per exchange, not two."""
+
     def __init__(self, lanes):
-        self.board = [None] * lanes
+        self.boards = ([None] * lanes, [None] * lanes)
         self.barrier = threading.Barrier(lanes)
 
 
 def _warp_of(me):
-    """The board and barrier of the calling thread's warp (made on first use)."""
+    """The boards and barrier of the calling thread's warp (made on first use)."""
+    warp = getattr(me, "_sim_warp", None)
+    if warp is None:
+        warp = me._sim_warp = _new_warp_of(me)
+        me._sim_phase = 0
+    return warp
+
+
+def _new_warp_of(me):
     manager = me._manager
     warp = me.thread_id // WARP
     with _lock:
@@ -46,16 +62,21 @@ def _warp_of(me):
         return warps[warp]
 
 
+def _post(me, value):
+    """Post ``value`` on the warp's current board, meet the warp, return the board."""
+    warp = _warp_of(me)
+    board = warp.boards[me._sim_phase]
+    me._sim_phase ^= 1
+    board[me.thread_id % WARP] = value
+    warp.barrier.wait()  # every lane has posted
+    return board
+
+
 def _shfl_xor_sync(self, mask, value, lane_mask):
     me = threading.current_thread()
-    warp = _warp_of(me)
-    lane = me.thread_id % WARP
-    warp.board[lane] = value
-    warp.barrier.wait()  # every lane has posted its value
-    partner = lane ^ lane_mask
-    result = warp.board[partner] if partner < len(warp.board) else value
-    warp.barrier.wait()  # every lane has read before anyone posts the next value
-    return result
+    board = _post(me, value)
+    partner = (me.thread_id % WARP) ^ lane_mask
+    return board[partner] if partner < len(board) else value
 
 
 def warp_exchange(value):
@@ -63,13 +84,7 @@ def warp_exchange(value):
     of all lanes' values (index = lane).  The building block of warp-level emulations
     (e.g. a matrix-multiply-accumulate whose operands are spread over the warp's lanes).
     Like a shuffle, every lane of the warp must take part."""
-    me = threading.current_thread()
-    warp = _warp_of(me)
-    warp.board[me.thread_id % WARP] = value
-    warp.barrier.wait()  # every lane has posted
-    values = list(warp.board)
-    warp.barrier.wait()  # every lane has read before anyone posts again
-    return values
+    return list(_post(threading.current_thread(), value))
 
 
 def lane_id():

@@ -15,6 +15,7 @@ from . import plans
 from .arrays import heads, kinds
 from .arrays.rows import check_alias, check_dtype
 from .kernels import attention as _forward
+from .kernels import attention_tc as _tensor_cores
 from .kernels import decode as _decode
 
 __all__ = ["attention", "merge_attention"]
@@ -177,7 +178,8 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
     *lead, sq, d = dq.shape
     sk, d_v = dk.shape[-2], dv.shape[-1]
     scale = _check_scale(scale, d)
-    _forward.check_head_dims(d, d_v)
+    kernel = _kernel_for(dq.dtype, scale)
+    kernel.check_head_dims(d, d_v)
     o_shape, lse_shape = tuple(lead) + (sq, d_v), tuple(lead) + (sq,)
     target = _check_out(out, dq, dq.dtype, o_shape, (dq, dk, dv)) if out is not None else None
     kind = dq.kind
@@ -200,8 +202,8 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
         small = plans.simulator_enabled()
         extra = {} if window == (-1, -1) else {"window": window}  # interim: kernels gain it
         if splits == 1:
-            _forward.launch(q4, k4, v4, o4, lse4, causal=causal, scale=scale,
-                            stream=stream, small=small, **extra)
+            kernel.launch(q4, k4, v4, o4, lse4, causal=causal, scale=scale,
+                          stream=stream, small=small, **extra)
         else:
             _decode.launch(q4, k4, v4, o4, lse4, num_splits=splits or 1, causal=causal,
                            scale=scale, stream=stream, small=small, **extra)
@@ -210,6 +212,13 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
         if o_buf is None or target is not None:
             return rec.done(_LseOnly(kind, return_lse), lse_buf, out=out)
         return rec.done(_OAndLse(kind, return_lse, dq.dtype), o_buf, lse_buf)
+
+
+def _kernel_for(dtype, scale):
+    """float16 / bfloat16 run on tensor cores (:mod:`.kernels.attention_tc`); float32 on
+    CUDA cores (:mod:`.kernels.attention`), exact in float32 — as does a zero scale, which
+    the tensor-core kernel's scaled-exponent form cannot take."""
+    return _forward if dtype == F32 or scale == 0 else _tensor_cores
 
 
 def _fill(target, result, stream):

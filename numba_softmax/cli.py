@@ -4,13 +4,13 @@
     numba-softmax bench    the benchmark (see :mod:`numba_softmax.bench`)
 
 Runs on the GPU, or on the CUDA simulator (tiny sizes) when no GPU is usable — and says
-which.
+which.  :func:`run` is the console entry point: :func:`main` plus a quiet exit when the
+reader of the output goes away (``numba-softmax tour | head``).
 """
 
 import argparse
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -45,9 +45,14 @@ def tour(echo=print, seed=0):
     from .kernels import fold
     from numba import cuda
 
+    from .bench.timing import seconds
+
     sim = simulator_enabled()
     rng = np.random.default_rng(seed)
     echo(f"numba-softmax tour — running on {_where()}\n")
+    if sim:
+        echo("(The simulator runs each GPU thread as a Python thread: its times mean nothing, "
+             "so no device time is shown.)\n")
 
     # 1. one row, streamed in chunks: the running state as the online pass sees it
     n, chunk = 16, 4
@@ -77,20 +82,15 @@ def tour(echo=print, seed=0):
     d = cuda.to_device(xb)
     for method in ["three_pass", "fused", "online", "split", "auto"]:
         try:
-            ns.softmax(d, method=method)  # compile and warm up
+            p = ns.softmax(d, method=method)  # compiles; the result is checked below
         except ValueError as err:
             echo(f"   {method:12s}  (skipped: {err})")
             continue
         cuda.synchronize()
-        times = []
-        for _ in range(1 if sim else 20):
-            t0 = time.perf_counter()
-            p = ns.softmax(d, method=method)
-            cuda.synchronize()
-            times.append(time.perf_counter() - t0)
         p = p.copy_to_host().astype(np.float64)
+        t = "—" if sim else f"{seconds(lambda: ns.softmax(d, method=method), sim) * 1e3:9.3f}"
         echo(f"   {method:12s}  {np.abs(p - ref).max():12.2e}    {np.abs(p.sum(-1) - 1).max():12.2e}    "
-             f"{np.median(times) * 1e3:9.3f}")
+             f"{t:>9}")
     echo("")
 
     # 3. attention: the same state with a running output O
@@ -102,10 +102,22 @@ def tour(echo=print, seed=0):
     tour_attention(echo=echo)
 
 
+DESCRIPTION = ("numba-softmax: softmax and attention kernels in Python with Numba, built "
+               "around online softmax.  Runs on the GPU, or on the CUDA simulator (tiny "
+               "sizes) when no GPU is usable, and says which.")
+
+
+def _version():
+    from . import __version__
+
+    return __version__
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="numba-softmax", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="numba-softmax", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"numba-softmax {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{tour,bench}")
     p_tour = sub.add_parser("tour", help="one row through the algorithms, then every method on a batch")
     p_tour.add_argument("--seed", type=int, default=0)
     sub.add_parser("bench", help="the benchmark (arguments: numba-softmax bench --help)", add_help=False)
@@ -121,5 +133,20 @@ def main(argv=None):
     return 0
 
 
+def run(argv=None):
+    """The console entry point: :func:`main`; if the reader of stdout goes away (``| head``),
+    stop quietly instead of ending in ``BrokenPipeError``."""
+    try:
+        try:
+            code = main(argv)
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)  # no second error when Python exits
+        os.dup2(devnull, sys.stdout.fileno())
+        code = 0
+    return code
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(run())

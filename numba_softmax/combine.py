@@ -48,6 +48,13 @@ __all__ = [
     "weight_np",
     "lse_np",
     "combine_output_np",
+    "EMPTY",
+    "precedes",
+    "rank",
+    "offer",
+    "combine_topk",
+    "topk_state_np",
+    "combine_topk_np",
 ]
 
 IDENTITY = (-math.inf, 0.0)
@@ -154,3 +161,117 @@ def combine_output_np(m_a, l_a, o_a, m_b, l_b, o_b):
     m, l = combine_np(m_a, l_a, m_b, l_b)
     w_a, w_b = weight_np(m_a, m)[..., None], weight_np(m_b, m)[..., None]
     return m, l, w_a * o_a + w_b * o_b
+
+
+# --- the top-k extension: (m, ℓ, the k best values, their indices) ----------------------
+# A row's top-k state adds to (m, ℓ) the k best values seen so far and their indices, as a
+# list sorted best first.  Two states merge into the state of their union: (m, ℓ) by
+# combine(), the lists by keeping the k best of both (combine_topk).  "Best" is one total
+# order (precedes), so the merged list is a function of the set of values alone: any
+# chunking, order or tree gives the same list, indices included.  The softmax of the k
+# winners then needs nothing else: p_r = exp(u_r − m)/ℓ (Milakov & Gimelshein, §5).
+
+EMPTY = 2**31 - 1
+"""The index of an empty slot of a top-k list (its value is −inf): after every real index,
+so a real −inf value ranks before it, and two empty slots are equal."""
+
+
+def precedes(u_a, j_a, u_b, j_b):
+    """(u_a, j_a) ranks before (u_b, j_b): the larger value first, equal values by the lower
+    index.  A NaN precedes nothing and nothing precedes it, so it never enters a list (its
+    row's (m, ℓ) is NaN, and the kernels write the whole row as NaN)."""
+    return u_a > u_b or (u_a == u_b and j_a < j_b)
+
+
+def rank(u, j, values, indices, start, k, ties):
+    """How many entries of the sorted list values[start : start + k] precede (u, j) — with
+    ``ties``, also those equal to it.  A binary search: log2(k) + 1 reads."""
+    lo, hi = 0, k
+    while lo < hi:
+        mid = (lo + hi) // 2
+        a, b = values[start + mid], indices[start + mid]
+        if precedes(a, b, u, j) or (ties and a == u and b == j):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def offer(values, indices, u, j):
+    """Fold one value u at index j into a sorted top-k list, in place: the per-element step
+    of the paper's algorithm (an insertion sort that keeps k entries).  A value that does
+    not beat the k-th entry — and a NaN — leaves the list as it is."""
+    k = values.shape[0]
+    if not precedes(u, j, values[k - 1], indices[k - 1]):
+        return
+    r = k - 1
+    while r > 0 and precedes(u, j, values[r - 1], indices[r - 1]):
+        values[r] = values[r - 1]
+        indices[r] = indices[r - 1]
+        r -= 1
+    values[r] = u
+    indices[r] = j
+
+
+def combine_topk(m_a, l_a, values_a, indices_a, m_b, l_b, values_b, indices_b, values, indices):
+    """Merge two top-k states (lists sorted, k entries each) into ``values``/``indices``
+    (k entries, not aliasing the inputs); returns the merged (m, ℓ).
+
+    Entry r of one list lands at place r + (how many entries of the other list rank before
+    it), the entries of ``a`` before equal ones of ``b`` (equal entries are empty slots):
+    every entry's place is computed on its own, which is how the kernels merge in parallel.
+    Places ≥ k fall off.
+    """
+    k = values.shape[0]
+    for r in range(k):
+        s = r + rank(values_a[r], indices_a[r], values_b, indices_b, 0, k, False)
+        if s < k:
+            values[s] = values_a[r]
+            indices[s] = indices_a[r]
+    for r in range(k):
+        s = r + rank(values_b[r], indices_b[r], values_a, indices_a, 0, k, True)
+        if s < k:
+            values[s] = values_b[r]
+            indices[s] = indices_b[r]
+    return combine(m_a, l_a, m_b, l_b)
+
+
+precedes_device = _device_twin(precedes)
+rank_device = _device_twin(rank, precedes=precedes_device)
+offer_device = _device_twin(offer, precedes=precedes_device)
+combine_topk_device = _device_twin(combine_topk, rank=rank_device, combine=combine_device)
+
+
+def topk_state_np(u, k, start=0):
+    """The top-k state (m, ℓ, values, indices) of the values along the last axis of ``u``
+    (their indices counted from ``start``):
+    the vectorised twin of folding every value with :func:`offer` and :func:`combine`.
+    NaN values stay out of the list; missing entries are empty slots (−inf, EMPTY)."""
+    u = np.asarray(u, dtype=np.float64)
+    n = u.shape[-1]
+    with np.errstate(invalid="ignore"):
+        m = u.max(axis=-1) if n else np.full(u.shape[:-1], -np.inf)
+        l = weight_np(u, m[..., None]).sum(axis=-1)
+    j = np.broadcast_to(np.arange(start, start + n), u.shape)
+    return (m, l) + _best(u, j, k)
+
+
+def combine_topk_np(a, b):
+    """:func:`combine_topk` over arrays: states (m, ℓ, values, indices) with leading axes."""
+    m, l = combine_np(a[0], a[1], b[0], b[1])
+    return (m, l) + _best(np.concatenate([a[2], b[2]], -1), np.concatenate([a[3], b[3]], -1),
+                          a[2].shape[-1])
+
+
+def _best(u, j, k):
+    """The k entries of (u, j) that rank first, in order, padded with empty slots; a NaN
+    is an empty slot (it never enters a list)."""
+    nan = np.isnan(u)
+    u, j = np.where(nan, -np.inf, u), np.where(nan, EMPTY, j)
+    order = np.lexsort((j, -u), axis=-1)[..., :k]
+    values, indices = np.take_along_axis(u, order, -1), np.take_along_axis(j, order, -1)
+    pad = k - values.shape[-1]
+    if pad > 0:
+        values = np.concatenate([values, np.full(values.shape[:-1] + (pad,), -np.inf)], -1)
+        indices = np.concatenate([indices, np.full(indices.shape[:-1] + (pad,), EMPTY)], -1)
+    return values, indices.astype(np.int64)

@@ -111,7 +111,12 @@ def _overlaps(arrays):
 
 
 def find(plan_key):
-    return None if plan_key is None else _PLANS.get(plan_key)
+    """The plan recorded under ``plan_key``, or None (also for an unhashable option: the
+    ordinary path's validation then names it)."""
+    try:
+        return None if plan_key is None else _PLANS.get(plan_key)
+    except TypeError:
+        return None
 
 
 class _Launch:
@@ -183,6 +188,10 @@ class Recorder:
         if self.key is None:
             return result
         self.__exit__(None, None, None)
+        try:
+            hash(self.key)
+        except TypeError:
+            return result
         try:
             plan = self._plan(result_fn, bufs)
         except (KeyError, ValueError, TypeError, AttributeError, NotImplementedError):

@@ -23,7 +23,8 @@ k = getattr(importlib.import_module(mod), fac)(*eval(sys.argv[2]))
 if isinstance(k, tuple):
     k = k[0]
 sig = eval(sys.argv[3])
-ptx, _ = cuda.compile_ptx(k.py_func, sig, cc=(9, 0), fastmath=k.targetoptions.get("fastmath", False))
+ptx, _ = cuda.compile_ptx(k.py_func, sig, cc=(9, 0), fastmath=k.targetoptions.get("fastmath", False),
+                         launch_bounds=k.targetoptions.get("launch_bounds"))
 ptx = ptx.replace(".version 9.5", ".version 9.0")
 d = tempfile.mkdtemp()
 open(f"{d}/k.ptx", "w").write(ptx)

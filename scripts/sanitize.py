@@ -255,7 +255,10 @@ def attention_cases(sim, full):
 
 
 def all_cases(sim, full=False):
-    return softmax_cases(sim, full) + attention_cases(sim, full)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from sanitize_more import more_cases
+
+    return softmax_cases(sim, full) + attention_cases(sim, full) + more_cases(sim)
 
 
 def matches(name, pattern):

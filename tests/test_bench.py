@@ -1,196 +1,152 @@
-"""The benchmark harness: its pure helpers, and one --sim-smoke run end to end."""
+"""The benchmark: its models and helpers, the sanity check, the sections, one --sim-smoke run."""
 
+import contextlib
 import csv
+import importlib
 import importlib.util
+import py_compile
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
 from numba import cuda
 
+from _helpers import SIMULATOR
 from numba_softmax import bench
 from numba_softmax import reference as R
+from numba_softmax.bench import attention as battn
+from numba_softmax.bench import cli, report, results, timing
+from numba_softmax.bench.results import Bounds, ImpossibleFigure, Result
 
 
-# --- pure helpers ------------------------------------------------------------------------
-def test_softmax_bytes_is_one_read_and_one_write():
-    assert bench.softmax_bytes(16384, 1024, 4) == 2 * 16384 * 1024 * 4 == 128 * 2**20
-    assert bench.softmax_bytes(1, 16777216, 2) == 64 * 2**20
+# --- models and helpers ------------------------------------------------------------------
+def test_byte_and_flop_models():
+    assert results.softmax_bytes(16384, 1024, 4) == 2 * 16384 * 1024 * 4 == 128 * 2**20
+    assert results.attention_flops(2, 3, 5, 7, 11) == 4 * 2 * 3 * 5 * 7 * 11
+    assert results.attention_flops(2, 3, 5, 7, 11, causal=True) == 2 * 2 * 3 * 5 * 7 * 11
+    # q, o: Sq rows of Hq heads; k, v: Sk rows of Hkv heads
+    assert results.attention_bytes(1, 2, 1, 100, 8, 2) == 2 * (2 * 1 + 2 * 100) * 8 * 2
+    assert results.attention_bytes(1, 4, 1, 100, 8, 2, h_kv=1) == (2 * 4 + 2 * 100) * 8 * 2
 
 
-def test_attention_flops_and_bytes():
-    assert bench.attention_flops(2, 3, 5, 7, 11) == 4 * 2 * 3 * 5 * 7 * 11
-    assert bench.attention_flops(2, 3, 5, 7, 11, causal=True) == 2 * 2 * 3 * 5 * 7 * 11
-    # q, o: Sq rows; k, v: Sk rows; all B·H heads of D values
-    assert bench.attention_bytes(1, 2, 1, 100, 8, 2) == 2 * (2 * 1 + 2 * 100) * 8 * 2
+def test_method_traffic_is_each_methods_own_bound():
+    assert [results.method_traffic(m) for m in ("three_pass", "online", "split", "fused")] == \
+        [4, 3, 3, 2]
+    assert results.method_traffic("no such method") is None
 
 
-def test_median():
-    assert bench.median([3.0, 1.0, 2.0]) == 2.0
-    assert bench.median([4.0, 1.0, 3.0, 2.0]) == 2.5
-    assert bench.median([7]) == 7
+def test_median_gbps_sets_and_reps():
+    assert timing.median([3.0, 1.0, 2.0]) == 2.0 and timing.median([4.0, 1.0, 3.0, 2.0]) == 2.5
     with pytest.raises(ValueError):
-        bench.median([])
-
-
-def test_gbps():
-    assert bench.gbps(2e9, 1000.0) == pytest.approx(2.0)
-
-
-def test_buffer_sets():
+        timing.median([])
+    assert results.gbps(2e9, 1000.0) == pytest.approx(2.0)
     mib = 2**20
-    assert bench.buffer_sets(256 * mib, 50 * mib, 80 * 2**30) == 2  # large: two suffice
-    assert bench.buffer_sets(10 * mib, 50 * mib, 80 * 2**30) == 15  # span 3 × L2
-    assert bench.buffer_sets(1024, 50 * mib, 80 * 2**30) == 64  # capped
-    assert bench.buffer_sets(4 * 2**30, 50 * mib, 6 * 2**30) == 1  # memory-bound
-    assert bench.buffer_sets(100, 0, 1 << 34) == 2  # simulator: no L2
-
-
-def test_choose_reps():
-    assert bench.choose_reps(1e-5, 20, 100, 0.3, 5.0) == (100, "")  # fast: capped above
-    assert bench.choose_reps(0.01, 20, 100, 0.3, 5.0) == (30, "")  # about target_s of work
-    assert bench.choose_reps(0.1, 20, 100, 0.3, 5.0) == (20, "")  # never below min_reps ...
-    reps, note = bench.choose_reps(1.0, 20, 100, 0.3, 5.0)  # ... unless the case is too slow
+    assert timing.buffer_sets(256 * mib, 50 * mib, 80 * 2**30) == 2  # large: two suffice
+    assert timing.buffer_sets(10 * mib, 50 * mib, 80 * 2**30) == 15  # span 3 × L2
+    assert timing.buffer_sets(1024, 50 * mib, 80 * 2**30) == 64  # capped
+    assert timing.buffer_sets(4 * 2**30, 50 * mib, 6 * 2**30) == 1  # memory-bound
+    assert timing.choose_reps(1e-5, 20, 100, 0.3, 5.0) == (100, "")  # fast: capped above
+    assert timing.choose_reps(0.01, 20, 100, 0.3, 5.0) == (30, "")  # about target_s of work
+    reps, note = timing.choose_reps(1.0, 20, 100, 0.3, 5.0)  # too slow for min_reps
     assert reps == 5 and "slow" in note
-    assert bench.choose_reps(10.0, 20, 100, 0.3, 5.0)[0] == 5  # a floor of 5
 
 
 def test_decode_splits():
-    assert bench.decode_splits(16, 132, 16384) == 32  # >= 2 blocks per SM, a power of 2
-    assert bench.decode_splits(1, 4, 64) == 2  # no split under 64 keys, but at least 2
+    assert battn.decode_splits(16, 132, 16384) == 32  # >= 2 blocks per SM, a power of 2
+    assert battn.decode_splits(1, 4, 64) == 2  # no split under 64 keys, but at least 2
 
 
 def _row(**kw):
     base = dict(suite="softmax", impl="fused", level="kernel", array="numba", dtype="float32",
                 median_ms=1.0, min_ms=0.9, reps=20, M=4, N=1024)
     base.update(kw)
-    return bench.Result(**base)
+    return Result(**base)
 
 
-def test_derive_fills_rates_and_ratio_to_torch():
-    ours = _row(bytes=4 * 10**9)
+def test_derive_fills_rates_bounds_and_ratio_to_torch():
+    ours = _row(bytes=4 * 10**9, model_bytes=6 * 10**9)
     torch_row = _row(impl="torch", median_ms=2.0, bytes=4 * 10**9)
-    other_shape = _row(N=2048, bytes=10**9)
+    other = _row(N=2048, bytes=10**9)
     attn = _row(suite="attention", impl="numba_softmax", M=None, N=None, B=1, H=1, Sq=8,
                 Sk=8, D=8, causal=True, flops=2 * 10**12, median_ms=1000.0)
-    bench.derive([ours, torch_row, other_shape, attn], copy_gbps=8000.0)
-    assert ours.gbps == pytest.approx(4000.0)
-    assert ours.pct_copy == pytest.approx(50.0)
-    assert ours.x_torch == pytest.approx(2.0)  # torch takes twice as long
-    assert torch_row.x_torch == pytest.approx(1.0)
-    assert other_shape.x_torch is None  # no torch row of that shape
-    assert attn.tflops == pytest.approx(2.0)
+    decode = _row(suite="decode", impl="split-KV", bytes=4 * 10**9, bound="read")
+    bounds = Bounds(copy_gbps=8000.0, read_gbps=10000.0, tflops={"float32": 4.0})
+    results.derive([ours, torch_row, other, attn, decode], bounds)
+    assert ours.gbps == pytest.approx(4000.0) and ours.pct_copy == pytest.approx(50.0)
+    assert ours.bound == "copy" and ours.pct_bound == pytest.approx(50.0)
+    assert ours.pct_model == pytest.approx(75.0)  # 6 GB in 1 ms of an 8000 GB/s copy
+    assert ours.x_torch == pytest.approx(2.0) and torch_row.x_torch == pytest.approx(1.0)
+    assert other.x_torch is None  # no torch row of that shape
+    assert attn.tflops == pytest.approx(2.0) and attn.bound == "peak"
+    assert attn.pct_bound == pytest.approx(50.0)
+    assert decode.pct_bound == pytest.approx(40.0)  # of the read stream, not of copy
 
 
-def test_format_table_aligns_and_blanks_missing_values():
+@pytest.mark.parametrize("row, bounds, says", [
+    (_row(bytes=10**9, median_ms=0.1), Bounds(copy_gbps=9000.0), "of the device-to-device copy"),
+    (_row(suite="decode", bytes=10**9, median_ms=0.1, bound="read"),
+     Bounds(copy_gbps=5000.0, read_gbps=9000.0), "read-only stream"),
+    (_row(bytes=10**9, median_ms=0.1), Bounds(copy_gbps=20000.0, dram_gbps=9000.0), "DRAM peak"),
+    (_row(suite="attention", flops=10**12, median_ms=1.0, dtype="float16"),
+     Bounds(copy_gbps=3000.0, tflops={"float16": 900.0}), "peak"),
+])
+def test_the_sanity_check_refuses_impossible_figures(row, bounds, says):
+    results.derive([row], bounds)
+    with pytest.raises(ImpossibleFigure, match=says):
+        results.check([row], bounds)
+
+
+def test_the_sanity_check_passes_possible_figures():
+    rows = [_row(bytes=10**9, median_ms=0.5),  # 2000 GB/s of a 2000 GB/s copy
+            _row(suite="decode", bytes=10**9, median_ms=0.5, bound="read"),
+            _row(suite="bounds", bytes=10**12, median_ms=0.001)]  # bounds rows are the bounds
+    bounds = Bounds(copy_gbps=1950.0, read_gbps=2000.0, dram_gbps=3350.0)
+    results.check(results.derive(rows, bounds), bounds)
+
+
+def test_tables_labels_and_the_copy_legend():
     rows = [_row(gbps=1234.5678, x_torch=None), _row(impl="three_pass", gbps=7.0, x_torch=0.5)]
-    text = bench.format_table(rows)
-    lines = text.splitlines()
-    assert lines[0].split()[:3] == ["impl", "level", "array"]
-    assert set(lines[1]) == {"-"}
-    assert len(lines) == 4
-    assert "1235" in lines[2] and "4x1024" in lines[2]
-    assert "0.50" in lines[3]
-    # numbers are right-aligned: the GB/s column ends at the same offset in both rows
-    header = lines[0]
-    end = header.index("GB/s") + len("GB/s")
+    lines = report.format_table(rows, report.SUITE_COLUMNS["softmax"]).splitlines()
+    assert lines[0].split()[:3] == ["impl", "level", "array"] and set(lines[1]) == {"-"}
+    assert "1235" in lines[2] and "4x1024" in lines[2] and "0.50" in lines[3]
+    end = lines[0].index("GB/s") + len("GB/s")  # numbers right-aligned
     assert lines[2][:end].endswith("1235") and lines[3][:end].endswith("7")
+    assert "% own" not in lines[0]  # a column empty in every row is left out
+    decode = _row(suite="decode", M=None, N=None, B=1, H=32, Hkv=8, Sq=1, Sk=65536, D=128,
+                  causal=False, splits=32)
+    assert report.shape_label(decode) == "B1 H32/8 Sq1 Sk65536 D128 splits=32"
+    assert report.copy_label(2950.4) == "copy 2950 GB/s"  # not rounded to "2 GB/s" ...
+    assert report.copy_label(2.3456) == "copy 2.346 GB/s"  # ... nor to nothing
 
 
-def test_shape_labels():
-    assert bench.shape_label(_row(M=16384, N=1024)) == "16384x1024"
-    attn = _row(suite="decode", B=1, H=16, Sq=1, Sk=65536, D=128, causal=False, splits=32)
-    assert bench.shape_label(attn) == "B1 H16 Sq1 Sk65536 D128 splits=32"
+def test_every_section_resolves_and_options_parse():
+    for name, spec in cli.SECTIONS + (cli.BOUNDS,):
+        assert callable(cli._load(spec)), name
+    assert cli.parse_args(["--only", "softmax,decode"]).only == ["softmax", "decode"]
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--only", "softmax,nonsense"])
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--reps", "0"])
+    quick = cli.make_config(cli.parse_args(["--quick", "--reps", "30"]))
+    assert quick.mode == "quick" and quick.min_reps == 30 and quick.max_reps >= 30
+    assert cli.make_config(cli.parse_args(["--sim-smoke"])).mode == "smoke"
 
 
-# --- end to end ------------------------------------------------------------------------------
-def _read_csv(path):
-    with open(path) as f:
-        lines = f.read().splitlines()
-    comments = [line for line in lines if line.startswith("#")]
-    rows = list(csv.DictReader(line for line in lines if not line.startswith("#")))
-    return comments, rows
+def test_the_triton_peers_compile():
+    """Triton is not installed in CI: at least the module must be valid Python."""
+    py_compile.compile(str(Path(bench.__file__).parent / "triton_peers.py"), doraise=True)
 
 
-def _check_outputs(out):
-    comments, rows = _read_csv(out / "results.csv")
-    meta = "\n".join(comments)
-    for key in ("# device:", "# driver:", "# versions:", "# date:", "# copy bandwidth:"):
-        assert key in meta
-    assert "numba-cuda" in meta
-    with open(out / "results.csv") as f:
-        header = next(line for line in f if not line.startswith("#")).strip().split(",")
-    assert header == bench.CSV_COLUMNS
-    for r in rows:
-        assert float(r["median_ms"]) > 0 and float(r["min_ms"]) > 0, r
-        assert int(r["reps"]) >= 3
-        if r["bytes"]:
-            assert float(r["gbps"]) > 0 and float(r["pct_copy"]) > 0, r
-        if r["flops"]:
-            assert float(r["tflops"]) > 0, r
-    assert (out / "results.txt").read_text().startswith("device:")
-    if importlib.util.find_spec("matplotlib") is not None:  # the plot is of softmax rows
-        has_softmax = any(r["suite"] == "softmax" for r in rows)
-        assert (out / "softmax_gbps.png").exists() == has_softmax
-    return rows
+def test_the_one_timer_on_the_simulator():
+    calls = []
+    t = timing.seconds(lambda: calls.append(1), sim=True, warmup=2, repeat=3, inner=2)
+    assert t > 0 and len(calls) == 1 + 1 + 3 * 2  # first call, one warm-up, 3 × 2 timed
 
 
-def test_sim_smoke_end_to_end(tmp_path, capsys):
-    assert bench.main(["--sim-smoke", "--out", str(tmp_path)]) == 0
-    rows = _check_outputs(tmp_path)
-    by = {(r["suite"], r["impl"], r["level"]) for r in rows}
-    assert ("copy", "d2d copy", "kernel") in by
-    for method in bench.KERNEL_METHODS:
-        assert ("softmax", method, "kernel") in by
-    for method in bench.CALL_METHODS:
-        assert ("softmax", method, "call") in by
-    assert ("overhead", "ns.softmax", "call") in by
-    softmax_rows = [r for r in rows if r["suite"] == "softmax"]
-    assert all(r["M"] == "2" and r["N"] == "64" and r["dtype"] == "float32" for r in softmax_rows)
-    assert all(int(r["bytes"]) == bench.softmax_bytes(2, 64, 4) for r in softmax_rows)
-    printed = capsys.readouterr().out
-    assert "== softmax ==" in printed and "device:" in printed
-    if bench._load_attention()[0] is not None:  # the real attention module, once it imports
-        assert ("attention", "numba_softmax", "kernel") in by
-        assert {r["splits"] for r in rows if r["suite"] == "decode"} == {"1", "2"}
-
-
-def _fake_attention(q, k, v, *, causal=False, scale=None, return_lse=False, num_splits=1,
-                    out=None, stream=None):
-    """The NumPy reference behind the public signature (any CUDA array in, Numba out)."""
-    q, k, v = (a if hasattr(a, "copy_to_host") else cuda.as_cuda_array(a) for a in (q, k, v))
-    o = R.attention(q.copy_to_host(), k.copy_to_host(), v.copy_to_host(), causal=causal,
-                    scale=scale).astype(q.dtype)
-    if out is None:
-        return cuda.to_device(o)
-    target = out if hasattr(out, "copy_to_device") else cuda.as_cuda_array(out)
-    target.copy_to_device(np.ascontiguousarray(o))
-    return out
-
-
-def test_attention_rows_with_a_stand_in_module(tmp_path, monkeypatch):
-    """The attention and decode code path of the harness, independent of the kernels."""
-    fake = types.ModuleType("numba_softmax.attention")
-    fake.attention = _fake_attention
-    monkeypatch.setitem(sys.modules, "numba_softmax.attention", fake)
-    assert bench.main(["--sim-smoke", "--only", "attention", "--out", str(tmp_path)]) == 0
-    rows = _check_outputs(tmp_path)
-    attn = [r for r in rows if r["suite"] == "attention" and r["impl"] == "numba_softmax"]
-    assert {r["level"] for r in attn} == {"kernel", "call"}
-    assert all(r["causal"] == "True" and r["Sq"] == r["Sk"] == "16" for r in attn)
-    flops = bench.attention_flops(1, 1, 16, 16, 16, causal=True)
-    assert all(int(r["flops"]) == flops for r in attn)
-    decode = [r for r in rows if r["suite"] == "decode" and r["impl"] == "numba_softmax"]
-    assert {r["splits"] for r in decode} == {"1", "2"}
-    assert all(r["Sq"] == "1" and r["Sk"] == "64" for r in decode)
-    assert not [r for r in rows if r["suite"] == "softmax"]  # --only attention
-
-
-# --- the event loop (GPU-only code), with stand-in events --------------------------------
+# --- the event loop (GPU-only code), with stand-in events ----------------------------------
 class _FakeEvent:
-    """Records a fake device clock; ``query`` says whether the sleep already ended."""
-
     def __init__(self, clock, timing=True):
         self.clock, self.t = clock, None
 
@@ -200,39 +156,21 @@ class _FakeEvent:
     def query(self):
         return self.clock["starved"]
 
+    def synchronize(self):
+        pass
+
     def elapsed_time(self, other):
         return other.t - self.t
-
-
-class _FakeCuda:
-    def __init__(self, clock):
-        self.clock = clock
-
-    def event(self, timing=True):
-        return _FakeEvent(self.clock, timing)
-
-    def defer_cleanup(self):
-        import contextlib
-
-        return contextlib.nullcontext()
-
-    def synchronize(self):
-        pass
-
-
-class _FakeStream:
-    def synchronize(self):
-        pass
 
 
 @pytest.mark.parametrize("starved", [False, True])
 def test_event_timing_branch(monkeypatch, starved):
     clock = {"now": 0.0, "starved": starved}
     holds = []
-    monkeypatch.setattr(bench, "cuda", _FakeCuda(clock))
-    monkeypatch.setattr(bench.Timer, "_hold", lambda self, us: holds.append(us))
-    cfg = bench.Config((), (), (), (), (), (), min_reps=20, max_reps=20, warmup=2)
-    timer = bench.Timer(cfg, _FakeStream(), sim=False)
+    monkeypatch.setattr(cuda, "event", lambda timing=True: _FakeEvent(clock, timing))
+    monkeypatch.setattr(cuda, "defer_cleanup", contextlib.nullcontext)
+    monkeypatch.setattr(timing.Timer, "_hold", lambda self, us: holds.append(us))
+    timer = timing.Timer(stream=0, sim=False, min_reps=20, max_reps=20, warmup=2)
     seen = []
 
     def enqueue(i):  # each "kernel" takes 2 ms on the fake device clock
@@ -248,23 +186,107 @@ def test_event_timing_branch(monkeypatch, starved):
         assert len(holds) == 1 and result["note"] == ""
 
 
-def test_configs_and_plan(monkeypatch):
-    full = bench.make_config(bench.parse_args([]))
-    assert full.softmax_shapes == bench.SOFTMAX_SHAPES and full.softmax_dtypes == ("float32",)
-    assert full.min_reps == 20 and full.attn_dtypes == ("float32", "float16")
-    quick = bench.make_config(bench.parse_args(["--quick", "--fp16", "--reps", "30"]))
-    assert set(quick.softmax_shapes) < set(bench.SOFTMAX_SHAPES)
-    assert quick.softmax_dtypes == ("float32", "float16") and quick.min_reps == 30
-    with pytest.raises(SystemExit):
-        bench.parse_args(["--reps", "0"])
+# --- end to end ----------------------------------------------------------------------------
+def _read_csv(path):
+    lines = Path(path).read_text().splitlines()
+    comments = [line for line in lines if line.startswith("#")]
+    return comments, list(csv.DictReader(line for line in lines if not line.startswith("#")))
 
+
+def _check_outputs(out):
+    comments, rows = _read_csv(out / "results.csv")
+    meta = "\n".join(comments)
+    for key in ("# device:", "# driver:", "# versions:", "# date:", "# copy bandwidth:",
+                "# read bandwidth:", "# mode: smoke"):
+        assert key in meta
+    header = next(l for l in (out / "results.csv").read_text().splitlines() if l[0] != "#")
+    assert header.split(",") == results.CSV_COLUMNS
+    for r in rows:
+        assert float(r["median_ms"]) > 0 and int(r["reps"]) >= 1, r
+        if r["bytes"] and r["suite"] != "overhead":
+            assert float(r["gbps"]) > 0 and float(r["pct_copy"]) > 0, r
+        if r["flops"]:
+            assert float(r["tflops"]) > 0, r
+    assert (out / "results.txt").read_text().startswith("device:")
+    return rows
+
+
+def test_sim_smoke_end_to_end(tmp_path, capsys):
+    assert bench.main(["--sim-smoke", "--out", str(tmp_path)]) == 0
+    rows = _check_outputs(tmp_path)
+    by = {(r["suite"], r["impl"], r["level"]) for r in rows}
+    assert {("bounds", "d2d copy", "kernel"), ("bounds", "read (numba sum)", "kernel")} <= by
+    for method in ("auto", "three_pass", "fused", "online", "split"):
+        assert ("softmax", method, "kernel") in by
+    assert ("softmax", "auto", "call") in by
+    assert next(r for r in rows if r["impl"] == "three_pass")["model_bytes"] == str(4 * 1 * 64 * 4)
+    assert ("attention", "numba_softmax", "kernel") in by and ("decode", "split-KV", "kernel") in by
+    calls = {r["impl"] for r in rows if r["suite"] == "overhead"}
+    assert {"ns.softmax(x)", "ns.softmax(x, out=y)", "ns.logsumexp(x)", "ns.attention(q, q, q)",
+            "ns.merge_attention(o, lse, o, lse)"} <= calls
+    assert any(c.startswith("decode:") for c in calls)
+    out = capsys.readouterr().out
+    assert out.count("device:") == 1  # the header, once
+    assert "== softmax ==" in out and "== overhead ==" in out
+    assert "topk: skipped" in out or ("topk", "softmax_topk", "kernel") in by
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the simulator's message")
+def test_quick_on_the_simulator_says_it_runs_the_smoke_form(tmp_path, capsys):
+    assert bench.main(["--quick", "--only", "topk", "--out", str(tmp_path)]) in (0, 1)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "simulator" in first and "--sim-smoke" in first
+
+
+def test_an_impossible_figure_stops_the_run(tmp_path, monkeypatch, capsys):
+    def liar(b):  # a "softmax" 1000× faster than the copy just measured
+        b.record(dict(median_ms=1e-9, min_ms=1e-9, reps=3), suite="softmax", impl="liar",
+                 level="kernel", array="numba", dtype="float32", M=1, N=1, bytes=8)
+
+    fake = types.ModuleType("numba_softmax.bench.fake_section")
+    fake.run = liar
+    monkeypatch.setitem(sys.modules, "numba_softmax.bench.fake_section", fake)
+    monkeypatch.setattr(cli, "SECTIONS", (("softmax", "fake_section:run"),))
+    assert bench.main(["--sim-smoke", "--out", str(tmp_path)]) == cli.STOPPED
+    captured = capsys.readouterr()
+    assert "STOP: softmax liar" in captured.err and "impossible" in captured.err
+    assert "liar" not in captured.out  # never printed as a result ...
+    assert not (tmp_path / "results.csv").exists()  # ... nor written
+
+
+def _fake_attention(q, k, v, *, causal=False, scale=None, return_lse=False, num_splits=1,
+                    out=None, stream=None):
+    """The NumPy reference behind the public signature (Numba arrays in and out)."""
+    host = [a.copy_to_host() if hasattr(a, "copy_to_host") else a for a in (q, k, v)]
+    o = R.attention(*host, causal=causal, scale=scale).astype(host[0].dtype)
+    if out is None:
+        return o if isinstance(q, np.ndarray) else cuda.to_device(o)
+    out.copy_to_device(np.ascontiguousarray(o))
+    return out
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the stand-in takes Numba arrays (no torch there)")
+def test_attention_sections_with_a_stand_in_module(tmp_path, monkeypatch):
+    """The attention and decode code paths of the harness, independent of the kernels
+    (the stand-in has GQA, so decode takes the grouped-heads path)."""
     fake = types.ModuleType("numba_softmax.attention")
     fake.attention = _fake_attention
     monkeypatch.setitem(sys.modules, "numba_softmax.attention", fake)
-    labels = [label for label, _ in bench.plan(bench.Bench(full, sim=True), None)]
-    assert labels[0] == "copy bandwidth" and "softmax 1x16777216 float32" in labels
-    assert sum(x.startswith("softmax") for x in labels) == 8
-    assert sum(x.startswith("attention") for x in labels) == 2 * 2 * 3 * 2  # dtype, D, S, causal
-    assert sum(x.startswith("decode") for x in labels) == 2 * 3
-    only = [label for label, _ in bench.plan(bench.Bench(full, sim=True), "attention")]
-    assert not any(x.startswith(("softmax", "overhead")) for x in only)
+    assert bench.main(["--sim-smoke", "--only", "attention,decode", "--out", str(tmp_path)]) == 0
+    rows = _check_outputs(tmp_path)
+    attn = [r for r in rows if r["suite"] == "attention"]
+    assert {r["level"] for r in attn} == {"kernel", "call"}
+    assert all(int(r["flops"]) == results.attention_flops(1, 1, 16, 16, 16, True) for r in attn)
+    decode = [r for r in rows if r["suite"] == "decode"]
+    assert [(r["H"], r["Hkv"], r["Sk"], r["note"]) for r in decode] == [("2", "1", "64", "")]
+    assert int(decode[0]["bytes"]) == 2 * 1 * 1 * 64 * 16 * 4 and decode[0]["bound"] == "read"
+    assert not [r for r in rows if r["suite"] in ("softmax", "overhead")]  # --only
+
+
+def test_a_missing_feature_is_a_one_line_skip(monkeypatch):
+    from numba_softmax.bench.context import Skip, feature
+
+    assert feature("numba_softmax:softmax") is importlib.import_module("numba_softmax").softmax
+    with pytest.raises(Skip, match="numba_softmax.no_such_thing not available"):
+        feature("numba_softmax:no_such_thing")
+    assert importlib.util.find_spec("numba_softmax.bench.__main__") is not None

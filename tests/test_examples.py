@@ -149,6 +149,20 @@ def test_08_train_tiny_attention():
     assert "needs a CUDA GPU" in out  # training runs on PyTorch CUDA tensors only
 
 
+def test_09_decoder_step():
+    out = run_example("09_decoder_step.py")
+    top = table_rows(out, "Top-k of softmax(logits / T)")
+    assert len(top) == 8  # 2 sequences × 4 ranks
+    for seq in (top[:4], top[4:]):
+        probs = [float(cells(r)[3]) for r in seq]
+        assert probs == sorted(probs, reverse=True) and 0 < probs[-1] and probs[0] < 1
+        assert all(floats(r)[0] < 1e-6 for r in seq)  # |p − p_fp64|
+    drawn = table_rows(out, "sample(): one token per sequence")
+    assert [cells(r)[0] for r in drawn] == ["top-k, top-p", "whole vocabulary"]
+    assert all(cells(r)[2] == "2/2" for r in drawn)  # the NumPy twin draws the same tokens
+    assert "equal the float64 reference: yes" in out
+
+
 @pytest.mark.parametrize("bad", [["--no-such-option"]])
 def test_examples_reject_unknown_options(bad):
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")

@@ -33,9 +33,15 @@ _ACCUMULATE = {np.dtype(np.float16): numba.float32, np.dtype(np.float32): numba.
                np.dtype(np.float64): numba.float64}
 
 
-def kernel(fn):
-    """``cuda.jit`` with the project's compile options: every kernel is built by this."""
-    return cuda.jit(fastmath=FASTMATH)(fn)
+def kernel(fn=None, **options):
+    """``cuda.jit`` with the project's compile options: every kernel is built by this.
+    ``@kernel`` or ``@kernel(launch_bounds=…)`` (more ``cuda.jit`` options; the simulator
+    does not take launch bounds: there they are dropped)."""
+    if simulator_enabled():
+        options.pop("launch_bounds", None)
+    if fn is None:
+        return lambda f: cuda.jit(fastmath=FASTMATH, **options)(f)
+    return cuda.jit(fastmath=FASTMATH, **options)(fn)
 
 
 def device(fn):

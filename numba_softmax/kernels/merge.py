@@ -142,15 +142,20 @@ def split_chunk(sk, num_splits, block_k):
 
 def split_forward(q, k, v, o, lse, *, num_splits=None, kv_chunk=None, stream=0, small=False,
                   **options):
-    """Split-KV in two kernels: the forward kernel of :mod:`numba_softmax.kernels.attention` writes one float32
-    partial per key range (``kv_chunk`` keys each, or ``num_splits`` ranges of whole
-    tiles), then :func:`merge_splits_launch` folds them into ``o``, ``lse``."""
-    from . import attention as forward
+    """Split-KV in two kernels: a forward kernel — on tensor cores for float16/bfloat16
+    (:mod:`numba_softmax.kernels.attention_tc`), else :mod:`numba_softmax.kernels.attention`
+    — writes one float32 partial per key range (``kv_chunk`` keys each, or ``num_splits``
+    ranges of whole tiles), then :func:`merge_splits_launch` folds them into ``o``, ``lse``."""
+    from . import attention, attention_tc
+
+    tiles = {"block_q", "block_k", "rows_per_lane"} & set(options)  # the CUDA-core kernel's
+    two_bytes = np.dtype(q.dtype).itemsize == 2 and options.get("scale") != 0
+    forward = attention_tc if two_bytes and not (small or tiles) else attention
 
     n_b, n_h, sq, d = q.shape
     sk, dv = k.shape[2], v.shape[3]
     if kv_chunk is None:
-        block_k = options.get("block_k") or forward.fit_tiles(d, dv, small)[1]
+        block_k = options.get("block_k") or attention.fit_tiles(d, dv, small)[1]
         kv_chunk = split_chunk(sk, num_splits or 1, block_k)
     splits = max(1, -(-sk // kv_chunk))
     o_ws, lse_ws = partials((splits * n_b, n_h, sq), dv, stream)

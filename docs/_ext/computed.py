@@ -1,0 +1,81 @@
+"""Numbers computed while the docs build: ``% computed: NAME`` lines in a page.
+
+A page marks where a computed block belongs with a MyST comment line (invisible if this
+extension is not loaded)::
+
+    % computed: walk.softmax
+
+and the build replaces the line with the Markdown that ``NAME`` returns:
+
+* ``walk.softmax``, ``walk.attention`` — one row folded step by step by the device
+  kernels (``walk.py``), on the build machine's GPU or on the CUDA simulator;
+* ``walk.where`` — which of the two that was;
+* ``walk.committed`` — the walks committed from GPU runs (``docs/benchmarks/walk-*.txt``,
+  written by ``python docs/_ext/walk.py --out docs/benchmarks`` on a GPU), or a note;
+* ``notes.NAME`` — a table of ``notes.py`` or ``notes_merge.py`` (the sources' own
+  forms, run).
+
+An unknown name or a failing computation fails the build: a page never shows a number
+that was not computed.
+"""
+
+import functools
+import re
+from pathlib import Path
+
+from sphinx.errors import ExtensionError
+
+MARKER = re.compile(r"^% computed: *(\S+) *$", re.MULTILINE)
+
+
+@functools.cache
+def _walks():
+    import walk
+
+    return walk.softmax_walk()["table"], walk.attention_walk()["table"]
+
+
+def _committed(app):
+    files = sorted((Path(app.srcdir) / "benchmarks").glob("walk-*.txt"))
+    if not files:
+        return "\n".join([
+            ":::{note}",
+            "No GPU run of the walk has been committed yet: `python docs/_ext/walk.py --out "
+            "docs/benchmarks` on a GPU writes `walk-<device>.txt`, and it appears here.",
+            ":::"])
+    parts = []
+    for path in files:
+        app.env.note_dependency(str(path))
+        parts.append(f"From `docs/benchmarks/{path.name}`:\n\n"
+                     + path.read_text(encoding="utf-8").strip())
+    return "\n\n---\n\n".join(parts)
+
+
+def _compute(app, name):
+    import notes
+    import notes_merge
+    import walk
+
+    if name == "walk.softmax":
+        return _walks()[0]
+    if name == "walk.attention":
+        return _walks()[1]
+    if name == "walk.where":
+        return walk.header()
+    if name == "walk.committed":
+        return _committed(app)
+    for module in (notes, notes_merge):
+        if name.startswith("notes.") and callable(getattr(module, name[6:] + "_md", None)):
+            return getattr(module, name[6:] + "_md")()
+    raise ExtensionError(f"% computed: unknown name {name!r}")
+
+
+def source_read(app, docname, source):
+    if "% computed:" not in source[0]:
+        return
+    source[0] = MARKER.sub(lambda m: _compute(app, m.group(1)), source[0])
+
+
+def setup(app):
+    app.connect("source-read", source_read)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

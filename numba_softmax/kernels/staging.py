@@ -1,0 +1,92 @@
+"""Staging tiles of K and V into shared memory for the tensor-core kernels.
+
+A block of the tensor-core attention kernel (:mod:`.attention_tc`) copies each tile of
+Bc keys (a (Bc, D) slab of K and one of V) into shared memory, where every warp reads
+its mma operands with ``ldmatrix``.  The copy is ``cp.async`` (:mod:`.mma`): 16 bytes
+per instruction straight from global to shared memory, without passing through
+registers, and *asynchronously* — the thread issues the copies of the next tile and
+goes on computing with the current one (double buffering); ``cp_async_wait`` and a
+barrier later make the data visible.  Layout in shared memory::
+
+    row r of the tile (key key0 + r):  [ D values | zeros up to a multiple of 16 | 8 pad ]
+
+The zeros make D a whole number of mma k-steps (they meet zeros in Q); the 8 values of
+padding shift consecutive rows by 16 bytes, so the 8 row addresses of an ``ldmatrix``
+fall in 8 different bank groups (no bank conflicts).  Rows past ``hi`` (the ragged last
+tile, the end of a sequence or of a split) are zero-filled and never read from memory.
+
+Rows whose addresses are not 16-byte aligned (:func:`aligned` says) are copied value by
+value through registers instead: slower, same result.
+"""
+
+import functools
+
+import numba
+from numba import cuda
+
+from .._sim import simulator_enabled
+from . import jit
+from .mma import cp_async16, for_dtype
+
+
+@functools.cache
+def stager(dtype, threads, rows, cols, width, stride, vec):
+    """Device function: ``rows`` rows from key0 of src (S, cols) → shared rows of ``stride``
+    values from ``base`` (``width`` columns, a multiple of 8).  Rows ≥ hi and columns ≥
+    cols become zeros.  ``vec``: 16-byte cp.async copies (asynchronous: complete after
+    cp_async_wait); else plain 2-byte loads and stores.
+
+    Thread ``tid`` copies the 16-byte chunks tid, tid + threads, …; when the threads
+    cover whole rows (threads a multiple of the chunks per row) each thread keeps one
+    column and steps down the rows, so a copy costs a compare and an address, nothing
+    more.  A loop, not unrolled: the copies run asynchronously anyway, and an unrolled one
+    would keep every copy's addresses in registers for the whole kernel."""
+    chunks = width // 8
+    total = rows * chunks
+    whole_rows = threads % chunks == 0
+    step = threads // chunks  # rows per pass when whole_rows
+    load, pack = jit.loader(dtype), for_dtype(dtype)[1]
+    zero = numba.float32(0.0)
+
+    @jit.device
+    def copy(smem, dst, src, key, c, hi):
+        ok = key < hi and c < cols
+        if vec:  # (an address inside the array even where nothing is read)
+            cp_async16(smem, dst, src, min(key, hi - 1), c if c < cols else 0, ok)
+        else:
+            for e in range(8):
+                x = zero
+                if ok and c + e < cols:
+                    x = load(src[key, c + e])
+                smem[dst + e] = numba.uint16(pack(x, zero) & 0xFFFF)
+
+    @jit.device
+    def stage(smem, base, src, key0, hi):
+        tid = cuda.threadIdx.x
+        if whole_rows:
+            r, c = tid // chunks, 8 * (tid % chunks)
+            dst = base + r * stride + c
+            while r < rows:
+                copy(smem, dst, src, key0 + r, c, hi)
+                r += step
+                dst += step * stride
+        else:
+            idx = tid
+            while idx < total:
+                r = idx // chunks
+                c = 8 * (idx - r * chunks)
+                copy(smem, base + r * stride + c, src, key0 + r, c, hi)
+                idx += threads
+
+    return stage
+
+
+def aligned(a):
+    """K or V may be staged with 16-byte cp.async: unit last stride, D a multiple of 8,
+    every other stride a multiple of 16 bytes, a 16-byte aligned base."""
+    size = a.dtype.itemsize
+    if a.strides[3] != size and a.shape[3] > 1 or a.shape[3] % 8:
+        return False
+    if any(s % 16 for s, n in zip(a.strides[:3], a.shape[:3]) if n > 1):
+        return False
+    return simulator_enabled() or a.__cuda_array_interface__["data"][0] % 16 == 0

@@ -1,0 +1,271 @@
+"""Fused softmax + top-k: the k most probable tokens of each row in one read of the logits.
+
+``torch.topk(torch.softmax(x / T, -1), k)`` reads the row three times and writes it once
+(max, sum, normalise, then a radix select over the probabilities).  Milakov & Gimelshein
+(2018, §5) fold the top-k into the online normaliser: one pass keeps (m, ℓ, the k best
+values and their indices), and only the k winners are ever normalised:
+
+    pass    u = x / T; each thread folds its values into (m, ℓ); each warp keeps its k
+            best in a list across its lanes; the block merges its warps' lists
+            (:mod:`.topk_state`: the top-k combiner run by threads, warps and a block)
+    write   p_r = exp(u_r − m)/ℓ — or log p_r = (u_r − m) − log ℓ — for the k winners,
+            sorted descending, and their int64 indices
+
+Three layouts (:func:`choose`):
+
+* *a warp per row* for short rows (no barrier at all);
+* *a block per row* for long rows when there are enough of them to fill the device;
+* *split*: few long rows (B = 1 in decoding) cut into S pieces, one block each; kernel 1
+  writes each piece's state (m, ℓ, k values, k indices) to a workspace, kernel 2 merges a
+  row's S states (:func:`.topk_state.pieces_state`) and writes.  The launch boundary is
+  the grid-wide barrier.
+
+Memory traffic: read N·b once; write k·(b + 8) per row (+ the split workspace, S·k·8 per
+row).  Values come out in the input's dtype (probabilities; bfloat16 as uint16 bits),
+indices as int64.  Ties go to the lower index; a row holding NaN or +inf, or of all −inf,
+gives NaN values at indices 0 … k − 1.  NumPy twin: :func:`numba_softmax.reference.topk.softmax_topk`.
+"""
+
+import functools
+import math
+from typing import NamedTuple
+
+import numba
+import numpy as np
+from numba import cuda
+
+from ..combine import weight_device
+from ..draws import row_key_device
+from . import jit, launcher, vector
+from .jit import accumulator
+from .fused import _pow2_at_least
+from .topk_state import WARP, block_memory, pieces_state, row_state
+
+MAX_K = 128  # a warp's list holds ⌈k/32⌉ ≤ 4 entries per lane
+MERGE_THREADS = 512  # the split path's merge block (at most)
+
+
+class Plan(NamedTuple):
+    """A launch configuration: a warp per row, or ``threads`` per block (row or piece);
+    ``vpt`` values per thread per chunk; ``splits`` pieces per row (1: no split)."""
+
+    warp_rows: bool
+    threads: int
+    vpt: int
+    splits: int = 1
+
+
+def max_splits(dtype, k):
+    """Pieces the split merge can hold in shared memory: lists of ⌈k/32⌉·32 entries, at
+    most 4096 entries (32 KB), 2048 for float64; a power of two."""
+    entries = 4096 if accumulator(dtype) == numba.float32 else 2048
+    return _pow2_at_most(entries // (WARP * -(-k // WARP)))
+
+
+def choose(rows, n, k, dtype, width, limits):
+    """The layout for a (rows, n) problem on a device with ``limits``.
+
+    Short rows (≤ 4 chunks of a warp): a warp per row.  Long rows, at least one per
+    multiprocessor: a block per row of as few warps (2 … 8) as give the device ~12 warps
+    per multiprocessor — each warp's list costs its own k·(1 + ln(values/k)) insertions,
+    so fewer warps per row do less work.  Fewer rows: split each row into pieces (blocks
+    of 256 threads, 512 for a handful of rows: shorter per-warp insertion chains), enough
+    for ~16 warps per multiprocessor, as many as the merge's shared memory holds.
+    """
+    sms, max_threads = limits.sms, min(limits.max_threads, 512)
+    vpt = min(4 * width, 16) if width > 1 else 8  # 16 keeps float16 in registers
+    if n <= 4 * WARP * vpt:
+        return Plan(True, min(128, max_threads), vpt)
+    if rows >= sms:
+        warps = max(2, min(8, _pow2_at_least(-(-12 * sms // rows))))
+        return Plan(False, min(WARP * warps, max_threads), vpt)
+    threads = min(512 if 4 * rows < sms else 256, max_threads)
+    splits = min(max_splits(dtype, k), -(-16 * sms * WARP // (rows * threads)), -(-n // (threads * width)))
+    return Plan(False, threads, vpt, max(splits, 1))
+
+
+def _pow2_at_most(n):
+    p = 1
+    while 2 * p <= n:
+        p *= 2
+    return p
+
+
+@functools.cache
+def kernel(dtype, threads, vpt, width, slots, warp_rows, log):
+    """The one-kernel path: a warp or a block per row."""
+    acc = accumulator(dtype)
+    state = row_state(dtype, threads, vpt, width, slots, warp_rows, False)
+    write = writer(dtype, log)
+    lists = threads // WARP
+    memory = block_memory(acc, lists * WARP * slots)
+
+    @jit.kernel
+    def softmax_topk(x, k, inv_t, values, indices):
+        sv, si, m_sh, l_sh = memory()
+        tid = cuda.threadIdx.x
+        if warp_rows:
+            row, first, step = cuda.blockIdx.x * lists + tid // WARP, tid % WARP, WARP
+            if row >= x.shape[0]:
+                return  # a whole warp past the last row; no one waits for it
+        else:
+            row, first, step = cuda.blockIdx.x, tid, threads
+        m, l, base = state(x, row, 0, x.shape[1], k, inv_t, numba.uint64(0), sv, si, m_sh, l_sh)
+        write(values, indices, row, sv, si, base, k, m, l, first, step)
+
+    return softmax_topk
+
+
+@functools.cache
+def writer(dtype, log):
+    """Device function: the k outputs of a row from its list and (m, ℓ)."""
+    acc = accumulator(dtype)
+    store = jit.storer(dtype)
+
+    @jit.device
+    def write(values, indices, row, sv, si, base, k, m, l, first, step):
+        good = l > 0  # ℓ is NaN (NaN or +inf in the row) or 0 (all −inf): no softmax
+        c = acc(0.0)
+        if good:
+            c = math.log(l) if log else acc(1.0) / l
+        for r in range(first, k, step):
+            if good:
+                u = sv[base + r]
+                values[row, r] = store((u - m) - c if log else weight_device(u, m) * c)
+                indices[row, r] = si[base + r]
+            else:  # torch: softmax is NaN everywhere; topk of NaNs, ties to the lower index
+                values[row, r] = store(acc(math.nan))
+                indices[row, r] = r
+
+    return write
+
+
+@functools.cache
+def piece_kernel(dtype, threads, vpt, width, slots, perturb):
+    """Split path, kernel 1: block (row, s) writes the state of piece s to the workspace
+    (with ``perturb``, of u + Gumbel noise: see :mod:`.sample`)."""
+    acc = accumulator(dtype)
+    state = row_state(dtype, threads, vpt, width, slots, False, perturb)
+    memory = block_memory(acc, threads * slots)
+
+    @jit.kernel
+    def piece_states(x, k, inv_t, seed, piece, ws_v, ws_i, ws_m, ws_l):
+        sv, si, m_sh, l_sh = memory()
+        row, s, tid = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
+        key = row_key_device(seed, row) if perturb else seed
+        start = s * piece
+        stop = min(start + piece, x.shape[1])
+        m, l, _ = state(x, row, start, stop, k, inv_t, key, sv, si, m_sh, l_sh)
+        for r in range(tid, k, threads):
+            ws_v[row, s, r] = sv[r]
+            ws_i[row, s, r] = si[r]
+        if tid == 0:
+            ws_m[row, s] = m
+            ws_l[row, s] = l
+
+    return piece_states
+
+
+@functools.cache
+def merge_kernel(dtype, slots, log, threads):
+    """Split path, kernel 2: block ``row`` merges the row's piece states (at most
+    :func:`max_splits`) and writes."""
+    acc = accumulator(dtype)
+    lists = max_splits(dtype, WARP * slots)
+    state = pieces_state(acc, lists, threads, slots)
+    write = writer(dtype, log)
+    memory = block_memory(acc, lists * WARP * slots)
+
+    @jit.kernel
+    def merge_pieces(ws_v, ws_i, ws_m, ws_l, k, values, indices):
+        sv, si, m_sh, l_sh = memory()
+        row = cuda.blockIdx.x
+        m, l = state(ws_v, ws_i, ws_m, ws_l, row, k, sv, si, m_sh, l_sh)
+        write(values, indices, row, sv, si, 0, k, m, l, cuda.threadIdx.x, threads)
+
+    return merge_pieces
+
+
+# --- host side ---------------------------------------------------------------------------
+def check_row(n, k):
+    """The kernels' limits on k and the row length (the public API checks k by name)."""
+    if not 1 <= k <= min(n, MAX_K):
+        raise ValueError(f"k must be in 1 … min(V, {MAX_K}) = {min(n, MAX_K)}; got {k}")
+    if n >= 2**31 - 1:
+        raise ValueError(f"rows of at most 2**31 - 2 values (int32 indices on chip); got {n}")
+
+
+_WORKSPACES = {}
+
+
+def workspace(rows, splits, k, acc_dtype, stream):
+    """The piece states (values, indices, m, ℓ) of (rows, splits): kept per stream and dtype
+    and grown as needed (a cudaMalloc per call would cost more than the kernels)."""
+    try:
+        handle = int(stream) if stream else 0  # a Numba stream's int() is its handle
+    except TypeError:
+        handle = id(stream)  # the simulator's streams have none
+    key = (np.dtype(acc_dtype), handle)
+    need = rows * splits * (k + 2)
+    bufs = _WORKSPACES.get(key)
+    if bufs is None or bufs[0].shape[0] < need:
+        size = max(need, 1 << 16)
+        bufs = _WORKSPACES[key] = (cuda.device_array(size, acc_dtype, stream=stream),
+                                   cuda.device_array(size, np.int32, stream=stream))
+    f, i = bufs
+    a, b = rows * splits * k, rows * splits
+    return (f[:a].reshape(rows, splits, k), i[:a].reshape(rows, splits, k),
+            f[a : a + b].reshape(rows, splits), f[a + b : a + 2 * b].reshape(rows, splits))
+
+
+def fit(build, threads, args):
+    """``build(threads)`` with threads halved until the compiled kernel can launch them."""
+    while threads > WARP and threads > launcher.max_threads(build(threads), args):
+        threads //= 2
+    return build(threads), threads
+
+
+def pieces(n, splits, width):
+    """Piece length (a multiple of the vector width, so every piece starts aligned) and
+    the number of non-empty pieces."""
+    piece = -(-(-(-n // splits)) // width) * width
+    return piece, -(-n // piece)
+
+
+def launch(x, k, values, indices, *, temperature=1.0, log=False, stream=0, plan=None):
+    """values[r, :k], indices[r, :k] = the top-k of softmax(x[r] / temperature).
+
+    ``x``: (rows, V) device array, float16 / bfloat16 (uint16) / float32 / float64, any
+    strides.  ``values``: (rows, k), x's dtype (probabilities, or log-probabilities with
+    ``log``).  ``indices``: (rows, k) int64.  The caller checks ``temperature`` (finite,
+    > 0); k is checked here (1 ≤ k ≤ min(V, 128)).  ``plan``: a :class:`Plan` to force a
+    layout (tests, tuning); default :func:`choose`.
+    """
+    rows, n = x.shape
+    check_row(n, k)
+    acc = np.dtype(str(accumulator(x.dtype)))
+    inv_t = acc.type(1.0 / temperature)
+    width = vector.vector_width(x)
+    p = plan or choose(rows, n, k, x.dtype, width, launcher.device_limits())
+    slots = -(-k // WARP)
+    vpt = max(p.vpt, width) // width * width
+    if p.splits == 1:
+        args = (x, k, inv_t, values, indices)
+        kern, threads = fit(lambda t: kernel(x.dtype, t, vpt, width, slots, p.warp_rows, log),
+                            p.threads, args)
+        grid = -(-rows // (threads // WARP)) if p.warp_rows else rows
+        launcher.launch(kern, grid, threads, stream, args)
+        return
+    piece, splits = pieces(n, min(p.splits, max_splits(x.dtype, k)), width)
+    ws = workspace(rows, splits, k, acc, stream)
+    args = (x, k, inv_t, np.uint64(0), piece) + ws
+    kern, threads = fit(lambda t: piece_kernel(x.dtype, t, vpt, width, slots, False), p.threads, args)
+    launcher.launch(kern, (rows, splits), threads, stream, args)
+    threads = merge_threads()
+    merge = merge_kernel(x.dtype, slots, log, threads)
+    launcher.launch(merge, rows, threads, stream, ws + (k, values, indices))
+
+
+def merge_threads():
+    """Threads of the split merge block (the simulator's small blocks there)."""
+    return min(MERGE_THREADS, launcher.device_limits().max_threads)

@@ -1,0 +1,274 @@
+"""The top-k state on chip: (m, ℓ) per thread, the k best per warp, merged per block.
+
+The state of :func:`numba_softmax.combine.combine_topk` — (m, ℓ, the k best values and
+their indices) — built for a piece of a row, one read of the values:
+
+1. *thread*: each thread streams its values chunk by chunk (VPT per chunk, W-wide vector
+   loads, u = x / T) and folds them into its own (m, ℓ), exactly as the online kernel does.
+2. *warp*: the warp keeps one top-k list spread over its 32 lanes — lane i holds places
+   i, i + 32, … (``slots`` = ⌈k/32⌉ per lane), in registers — and θ, the list's k-th
+   entry, in every lane.  A value enters only if it ranks before θ; after the first few
+   chunks almost none does, so the common cost per value is one comparison.  The rare
+   candidates are found with a vote and inserted one at a time, all lanes together:
+   place p = how many entries rank before it (a vote per slot), then every entry after p
+   moves one place on (a shuffle from the lane before).  Per-thread lists (the paper's
+   ``TopK<K>`` sorted by insertion) would cost 2k registers per thread; a warp's list
+   costs 2⌈k/32⌉ — k = 64 costs four.
+3. *block*: each warp writes its list to shared memory and the lists are merged pairwise
+   in log2(warps) rounds; each entry finds its place in the merged list on its own — its
+   place in its list plus its rank in the partner list (:func:`combine.rank`, a binary
+   search) — exactly :func:`combine.combine_topk`, its loop run by all threads at once.
+
+Ties go to the lower index and NaN never enters a list (:func:`combine.precedes`), so the
+result does not depend on which thread, warp or block saw which value.  The kernels that
+use this (:mod:`.topk`, :mod:`.sample`) add only what they write.
+"""
+
+import functools
+import math
+
+import numba
+import numpy as np
+from numba import cuda
+
+from ..combine import EMPTY, combine_device, larger_device, precedes_device, rank_device, weight_device
+from ..draws import gumbel_device
+from . import jit, vector
+from .jit import accumulator
+from .reduce import block_combine, warp_combine
+from .warp import ballot, shfl2
+
+WARP = 32
+
+
+@functools.cache
+def warp_list(acc, slots, vpt):
+    """Device functions of a warp's top-k list: ``slots`` entries per lane (place of lane
+    i, slot s: i + 32·s), offered ``vpt`` values per lane at a time."""
+
+    @jit.device
+    def insert(lv, li, k, cu, cj, lane):
+        """Insert (cu, cj) if it ranks among the k best; every lane calls it together."""
+        p = 0  # its place: how many entries rank before it
+        for s in range(slots):
+            p += cuda.popc(ballot(lane + WARP * s < k and precedes_device(lv[s], li[s], cu, cj)))
+        if p >= k:
+            return
+        pu = cuda.local.array(slots, acc)  # every entry of the lane before (lane 0: lane 31)
+        pj = cuda.local.array(slots, numba.int32)
+        for s in range(slots):
+            pu[s], pj[s] = shfl2(lv[s], li[s], (lane + WARP - 1) % WARP)
+        for s in range(slots):  # places after p move one on; place p takes the candidate
+            q = lane + WARP * s
+            if q > p and lane > 0:
+                lv[s] = pu[s]
+                li[s] = pj[s]
+            elif q > p:  # lane 0 (so s ≥ 1): place 32·s − 1 is lane 31's slot s − 1
+                lv[s] = pu[max(s - 1, 0)]
+                li[s] = pj[max(s - 1, 0)]
+            elif q == p:
+                lv[s] = cu
+                li[s] = cj
+
+    @jit.device
+    def threshold(lv, li, k):
+        """θ = the list's k-th entry (place k − 1), in every lane."""
+        tu, tj = lv[0], li[0]
+        for s in range(1, slots):
+            if s == (k - 1) // WARP:
+                tu, tj = lv[s], li[s]
+        return shfl2(tu, tj, (k - 1) % WARP)
+
+    @jit.device
+    def offer(lv, li, k, u, jv, th_u, th_j, lane):
+        """Offer each lane's ``vpt`` values (u[i], index jv[i]); returns the new θ."""
+        hit = False
+        for i in range(vpt):  # the common case: one comparison per value, one vote per chunk
+            hit = hit or precedes_device(u[i], jv[i], th_u, th_j)
+        if ballot(hit) == 0:
+            return th_u, th_j
+        for i in range(vpt):
+            mask = ballot(precedes_device(u[i], jv[i], th_u, th_j))
+            if mask != 0:
+                while mask != 0:  # the lanes whose i-th value beat θ, lowest lane first
+                    src = cuda.ffs(mask) - 1
+                    mask &= mask - 1
+                    cu, cj = shfl2(u[i], jv[i], src)
+                    insert(lv, li, k, cu, cj, lane)
+                th_u, th_j = threshold(lv, li, k)  # θ rises: fewer candidates at i + 1
+        return th_u, th_j
+
+    @jit.device
+    def dump(lv, li, k, sv, si, base, lane):
+        """Write the list to sv/si[base : base + k]."""
+        for s in range(slots):
+            q = lane + WARP * s
+            if q < k:
+                sv[base + q] = lv[s]
+                si[base + q] = li[s]
+
+    return insert, offer, dump
+
+
+@functools.cache
+def stream(dtype, vpt, width, slots, perturb):
+    """Device function: one thread's (m, ℓ) over its values of x[row, start:stop] and its
+    warp's top-k list (lv/li: ``slots`` entries per lane).  ``t``: the thread's place among
+    the R threads streaming the range (whole warps).  With ``perturb`` the list ranks
+    u_j + G_j (Gumbel noise from ``key``: sampling), while (m, ℓ) stays that of u."""
+    acc = accumulator(dtype)
+    stored = numba.uint16 if jit.storage(dtype) == jit.BFLOAT16 else numba.from_dtype(np.dtype(dtype))
+    load = jit.loader(dtype)
+    load_row, _ = vector.row_io(width)
+    _, offer, _ = warp_list(acc, slots, vpt)
+    gumbel = gumbel_device(acc)
+
+    @jit.device
+    def fold(x, row, start, stop, k, inv_t, key, t, R, lv, li):
+        lane = t % WARP
+        raw = cuda.local.array(vpt, stored)
+        u = cuda.local.array(vpt, acc)
+        jv = cuda.local.array(vpt, numba.int32)
+        for s in range(slots):
+            lv[s] = -math.inf
+            li[s] = EMPTY
+        th_u, th_j = acc(-math.inf), numba.int32(EMPTY)  # θ of an empty list
+        m, l = acc(-math.inf), acc(0.0)
+        for base in range(start, stop, R * vpt):
+            for i in range(vpt // width):  # all loads of the chunk before any use
+                load_row(x, row, base + (t + i * R) * width, stop, raw, i * width, stored(0))
+            m_chunk = acc(-math.inf)
+            for i in range(vpt):  # u = x / T; past the end: −inf at the empty index
+                j = base + (t + (i // width) * R) * width + i % width
+                jv[i] = j if j < stop else EMPTY
+                u[i] = load(raw[i]) * inv_t if j < stop else acc(-math.inf)
+                m_chunk = larger_device(m_chunk, u[i])  # a NaN is kept
+            l_chunk = acc(0.0)
+            for i in range(vpt):
+                l_chunk += weight_device(u[i], m_chunk)
+            m, l = combine_device(m, l, m_chunk, l_chunk)  # the online step, per chunk
+            if perturb:
+                for i in range(vpt):
+                    if jv[i] != EMPTY:
+                        u[i] += gumbel(key, jv[i])
+            th_u, th_j = offer(lv, li, k, u, jv, th_u, th_j, lane)  # the warp's k best
+        return m, l
+
+    return fold
+
+
+@functools.cache
+def merge_lists(acc, per_thread):
+    """Device function: merge the n_lists sorted lists of k entries in sv/si[0 : n·k]
+    pairwise, in place, into the first; the block's ``threads`` threads take part, each
+    moving ``per_thread`` entries a round (per_thread·threads ≥ n_lists·k)."""
+
+    @jit.device
+    def merge(sv, si, n_lists, k, tid, threads):
+        mu = cuda.local.array(per_thread, acc)
+        mj = cuda.local.array(per_thread, numba.int32)
+        dest = cuda.local.array(per_thread, numba.int32)
+        d = 1
+        while d < n_lists:  # round d: list a (a % 2d = 0) takes in list a + d
+            for e in range(per_thread):
+                q = tid + e * threads
+                lst = q // k
+                r = q - lst * k
+                dest[e] = -1
+                if q < n_lists * k and lst % d == 0:
+                    mu[e], mj[e] = sv[q], si[q]
+                    if lst % (2 * d) == 0:  # from list a: before equal entries of b
+                        if lst + d < n_lists:
+                            s = r + rank_device(mu[e], mj[e], sv, si, (lst + d) * k, k, False)
+                            dest[e] = lst * k + s if s < k else -1
+                    else:  # from list b = a + d, moving into a
+                        s = r + rank_device(mu[e], mj[e], sv, si, (lst - d) * k, k, True)
+                        dest[e] = (lst - d) * k + s if s < k else -1
+            cuda.syncthreads()  # every entry knows its place before any entry moves
+            for e in range(per_thread):
+                if dest[e] >= 0:
+                    sv[dest[e]] = mu[e]
+                    si[dest[e]] = mj[e]
+            cuda.syncthreads()  # the merged lists are whole before the next round reads them
+            d *= 2
+
+    return merge
+
+
+@functools.cache
+def block_memory(acc, entries):
+    """Device function ``memory()`` → (sv, si, m_sh, l_sh): a block's shared memory for
+    ``entries`` list entries (values, int32 indices) and its (m, ℓ) tree (32 slots each).
+    Called once per kernel."""
+
+    @jit.device
+    def memory():
+        sv = cuda.shared.array(entries, acc)
+        si = cuda.shared.array(entries, numba.int32)
+        m_sh = cuda.shared.array(WARP, acc)
+        l_sh = cuda.shared.array(WARP, acc)
+        return sv, si, m_sh, l_sh
+
+    return memory
+
+
+@functools.cache
+def row_state(dtype, threads, vpt, width, slots, warp_rows, perturb):
+    """Device function ``state(x, row, start, stop, k, inv_t, key, sv, si, m_sh, l_sh)``
+    → (m, ℓ, base): the state of x[row, start:stop], its list left in sv/si[base : base+k].
+
+    ``warp_rows``: each warp is a row of its own (rows of a block: threads/32; base = warp·k;
+    no barrier; the lanes of the warp may then read the list); else the whole block
+    streams the range and merges its warps' lists (base = 0; any thread may read it).
+    """
+    acc = accumulator(dtype)
+    fold = stream(dtype, vpt, width, slots, perturb)
+    _, _, dump = warp_list(acc, slots, vpt)
+    merge = merge_lists(acc, slots)
+
+    @jit.device
+    def state(x, row, start, stop, k, inv_t, key, sv, si, m_sh, l_sh):
+        tid = cuda.threadIdx.x
+        warp, lane = tid // WARP, tid % WARP
+        lv = cuda.local.array(slots, acc)
+        li = cuda.local.array(slots, numba.int32)
+        if warp_rows:
+            m, l = fold(x, row, start, stop, k, inv_t, key, lane, WARP, lv, li)
+            dump(lv, li, k, sv, si, warp * k, lane)
+            cuda.syncwarp()  # the warp's list is in shared memory before its lanes read it
+            m, l = warp_combine(m, l)
+            return m, l, warp * k
+        m, l = fold(x, row, start, stop, k, inv_t, key, tid, threads, lv, li)
+        dump(lv, li, k, sv, si, warp * k, lane)
+        cuda.syncthreads()  # every warp's list is written before the merge reads them
+        merge(sv, si, threads // WARP, k, tid, threads)
+        m, l = block_combine(m, l, m_sh, l_sh)
+        return m, l, 0
+
+    return state
+
+
+@functools.cache
+def pieces_state(acc, lists, threads, slots):
+    """Device function ``state(ws_v, ws_i, ws_m, ws_l, row, k, sv, si, m_sh, l_sh)``
+    → (m, ℓ): the merge of a row's S piece states (S ≤ ``lists``) from the workspace, the
+    list left in sv/si[0 : k] (the split path's second kernel)."""
+    merge = merge_lists(acc, -(-lists * WARP * slots // threads))
+
+    @jit.device
+    def state(ws_v, ws_i, ws_m, ws_l, row, k, sv, si, m_sh, l_sh):
+        tid = cuda.threadIdx.x
+        n = ws_m.shape[1]
+        for q in range(tid, n * k, threads):  # the S lists, side by side
+            s = q // k
+            sv[q] = ws_v[row, s, q - s * k]
+            si[q] = ws_i[row, s, q - s * k]
+        m, l = acc(-math.inf), acc(0.0)
+        for s in range(tid, n, threads):  # the S (m, ℓ), folded by the combiner
+            m, l = combine_device(m, l, ws_m[row, s], ws_l[row, s])
+        m, l = block_combine(m, l, m_sh, l_sh)  # (its barriers also order the lists' writes)
+        merge(sv, si, n, k, tid, threads)
+        return m, l
+
+    return state
+

@@ -1,0 +1,67 @@
+"""Warp votes and shuffles from any lane: what a warp-wide top-k list needs.
+
+:mod:`.reduce` folds (m, ℓ) with butterflies (``shfl_xor_sync``); a top-k list kept across
+the 32 lanes of a warp (:mod:`.topk_state`) needs two more primitives:
+
+    ballot(p)            the 32 lanes' predicates as the bits of one word (lane i → bit i)
+    shfl(v, src)         every lane receives lane ``src``'s v
+    shfl2(a, b, src)     two values from the same lane (one exchange on the simulator)
+
+All lanes of the warp must call them together (full mask; whole warps).  The CUDA
+simulator has none of them: under it the same names are emulations on the simulated
+warp's barrier (:mod:`numba_softmax._sim`), used only there; the kernels' source is the
+same.
+"""
+
+from numba import cuda
+
+from .._sim import simulator_enabled
+from . import jit
+
+FULL_MASK = 0xFFFFFFFF
+WARP = 32
+
+if simulator_enabled():
+    import threading
+
+    from .._sim import _warp_of
+
+    def _exchange(value):
+        """Every lane posts ``value`` and gets the warp's board back: one barrier round.
+        Two boards are used in turn, so a lane that runs ahead to its next exchange
+        writes the board no lane still reads (the barrier between keeps it one ahead)."""
+        me = threading.current_thread()
+        warp = _warp_of(me)
+        boards = warp.__dict__.setdefault("boards", ([None] * WARP, [None] * WARP))
+        phase = getattr(me, "exchange_phase", 0)
+        me.exchange_phase = 1 - phase
+        boards[phase][me.thread_id % WARP] = value
+        warp.barrier.wait()  # every lane has posted
+        return boards[phase]
+
+    def ballot(p):
+        word = 0
+        for lane, bit in enumerate(_exchange(bool(p))):
+            if bit:
+                word |= 1 << lane
+        return word
+
+    def shfl(v, src):
+        return _exchange(v)[src]
+
+    def shfl2(a, b, src):
+        return _exchange((a, b))[src]
+
+else:
+
+    @jit.device
+    def ballot(p):
+        return cuda.ballot_sync(FULL_MASK, p)
+
+    @jit.device
+    def shfl(v, src):
+        return cuda.shfl_sync(FULL_MASK, v, src)
+
+    @jit.device
+    def shfl2(a, b, src):
+        return cuda.shfl_sync(FULL_MASK, a, src), cuda.shfl_sync(FULL_MASK, b, src)

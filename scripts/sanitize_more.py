@@ -1,0 +1,151 @@
+"""More of ``scripts/sanitize.py``'s workload: the chapters after the softmax kernels.
+
+Tensor-core attention (float16 and bfloat16, causal, window, GQA), the backward passes,
+fused softmax + top-k and sampling, and the array layer's device copies (negative
+strides, strided ``out=``) — each once, on ragged shapes, checked against the float64
+references.  Cases whose feature is not there are left out.
+"""
+
+import numpy as np
+
+from sanitize import Case
+
+
+def _torch():
+    try:
+        import torch
+
+        return torch if torch.cuda.is_available() else None
+    except ImportError:
+        return None
+
+
+def attention_tc_cases(sim):
+    import numba_softmax as ns
+    from numba_softmax import reference as R
+
+    torch = _torch()
+    if sim or torch is None:
+        return []  # the simulator's tensor-core emulation has its own tests (one tile)
+
+    def make(dtype, sq, sk, d, causal, window, hq, hkv):
+        def run():
+            g = torch.Generator(device="cuda").manual_seed(sq * 100 + sk + d)
+            q = torch.randn(2, hq, sq, d, device="cuda", generator=g).to(dtype)
+            k = torch.randn(2, hkv, sk, d, device="cuda", generator=g).to(dtype)
+            v = torch.randn(2, hkv, sk, d, device="cuda", generator=g).to(dtype)
+            o, lse = ns.attention(q, k, v, causal=causal, window=window, return_lse=True)
+            ref = R.attention(*(t.float().cpu().numpy() for t in (q, k, v)), causal=causal,
+                              window=window or (-1, -1))
+            np.testing.assert_allclose(o.float().cpu().numpy(), ref, rtol=2e-2, atol=2e-2)
+
+        return run
+
+    cases = []
+    for dtype, name in ((torch.float16, "float16"), (torch.bfloat16, "bfloat16")):
+        for sq, sk, d, causal, window, hq, hkv in [(37, 129, 64, True, None, 4, 2),
+                                                    (129, 37, 40, True, None, 2, 2),
+                                                    (100, 100, 128, False, (17, 3), 4, 1)]:
+            cases.append(Case(f"attention_tc:{name}:{sq}x{sk}:D{d}:{'causal' if causal else 'full'}:"
+                              f"w{window}:h{hq}/{hkv}", make(dtype, sq, sk, d, causal, window, hq, hkv)))
+    return cases
+
+
+def backward_cases(sim):
+    import numba_softmax as ns
+    from numba_softmax import reference as R
+
+    def rows(mode, shape):
+        def run():
+            rng = np.random.default_rng(shape[1])
+            x = rng.standard_normal(shape).astype(np.float32)
+            dy = rng.standard_normal(shape).astype(np.float32)
+            if mode == "softmax":
+                y = ns.softmax(x)
+                got, want = ns.softmax_backward(dy, y), R.softmax_backward(dy, y.astype(np.float64))
+            else:
+                y = ns.log_softmax(x)
+                got, want = ns.log_softmax_backward(dy, y), R.log_softmax_backward(dy, y.astype(np.float64))
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+        return run
+
+    def attn(sq, sk, causal):
+        def run():
+            rng = np.random.default_rng(sq + sk)
+            q, k, v = (rng.standard_normal((2, s, 40)).astype(np.float32) for s in (sq, sk, sk))
+            o, lse = ns.attention(q, k, v, causal=causal, return_lse=True)
+            do = rng.standard_normal(o.shape).astype(np.float32)
+            got = ns.attention_backward(do, q, k, v, o, lse, causal=causal)
+            want = R.attention_backward(do, q, k, v, o, lse, causal=causal)
+            for g, w in zip(got, want):
+                np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-4)
+
+        return run
+
+    shapes = [(3, 37), (2, 300)] if sim else [(3, 37), (5, 1001), (2, 70000)]
+    cases = [Case(f"backward:{m}:{s[0]}x{s[1]}", rows(m, s)) for m in ("softmax", "log_softmax")
+             for s in shapes]
+    for sq, sk in ([(9, 20)] if sim else [(37, 129), (129, 37)]):
+        for causal in (False, True):
+            cases.append(Case(f"attention_backward:{sq}x{sk}:{'causal' if causal else 'full'}",
+                              attn(sq, sk, causal)))
+    return cases
+
+
+def topk_cases(sim):
+    import numba_softmax as ns
+    from numba_softmax.reference import topk as RT
+
+    def make(shape, k):
+        def run():
+            rng = np.random.default_rng(shape[1] + k)
+            x = (3 * rng.standard_normal(shape)).astype(np.float32)
+            x[0, :3] = -np.inf
+            values, indices = ns.softmax_topk(x, k)
+            want_v, want_i = RT.softmax_topk(x.astype(np.float64), k)
+            np.testing.assert_allclose(values, want_v, rtol=1e-4, atol=1e-6)
+            tokens = ns.sample(x, top_k=min(k, 8), top_p=0.9, seed=3)
+            assert tokens.shape == (shape[0],) and (tokens >= 0).all() and (tokens < shape[1]).all()
+
+        return run
+
+    shapes = [((3, 37), 5), ((2, 300), 8)] if sim else [((3, 37), 5), ((5, 1001), 50),
+                                                        ((1, 128256), 8), ((64, 32000), 50)]
+    return [Case(f"topk:{s[0]}x{s[1]}:k{k}", make(s, k)) for s, k in shapes]
+
+
+def view_cases(sim):
+    """The array layer's device copies: negative strides in, a scrambled out= filled."""
+    from numba import cuda
+
+    import numba_softmax as ns
+    from numba_softmax import reference as R
+
+    def run():
+        rng = np.random.default_rng(5)
+        host = rng.standard_normal((6, 9, 33)).astype(np.float32)
+        d = cuda.to_device(host)
+        got = ns.softmax(d[::-1, :, ::-2], axis=1).copy_to_host()
+        want = np.moveaxis(R.softmax(np.moveaxis(host[::-1, :, ::-2].astype(np.float64), 1, -1)), -1, 1)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        base = cuda.to_device(np.full((33, 6, 9), np.nan, np.float32))
+        from numba_softmax.arrays import kinds
+
+        b = kinds.describe(base)
+        out = kinds.view_of(b, (6, 9, 33), (b.strides[1], b.strides[2], b.strides[0]))
+        ns.log_softmax(d, out=out)
+        np.testing.assert_allclose(out.copy_to_host(), np.log(R.softmax(host.astype(np.float64))),
+                                   rtol=1e-5, atol=1e-5)
+
+    return [Case("views:negative-strides:scrambled-out", run)]
+
+
+def more_cases(sim):
+    out = []
+    for build in (attention_tc_cases, backward_cases, topk_cases, view_cases):
+        try:
+            out += build(sim)
+        except ImportError:
+            pass  # that chapter is not there
+    return out

@@ -1,0 +1,184 @@
+"""Fused softmax + top-k: every layout (warp per row, block per row, split), dtypes,
+strides, ties, rows without softmax, temperature, log; the public ``softmax_topk``.
+
+On the simulator the shapes are tiny (a warp vote costs milliseconds there) but cross
+every path: two warps per block, an idle warp past the last row, two warps' lists merged,
+several pieces of a row merged, ragged ends.  On a GPU the same tests run bigger.
+"""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from numba_softmax.kernels import topk as K
+from numba_softmax.reference import topk as RT
+from numba_softmax.topk import softmax_topk
+
+from _helpers import SIMULATOR, device_kinds, sized, to_host
+
+RTOL = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 2e-5, "float64": 1e-12}
+
+
+def as_stored(x, dtype):
+    """(device-ready array, its values as float64): bfloat16 as uint16 bits."""
+    if dtype == "bfloat16":
+        bits = (np.asarray(x, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+        return bits, (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    stored = np.asarray(x).astype(dtype)
+    return stored, stored.astype(np.float64)
+
+
+def as_float(values, dtype):
+    if dtype == "bfloat16":
+        return (values.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return values.astype(np.float64)
+
+
+def run(x, k, dtype="float32", plan=None, strided=False, **kw):
+    """Launch on ``x`` (poisoned outputs) and check against the float64 reference."""
+    stored, exact = as_stored(x, dtype)
+    if strided:  # every other column of a wider array: no vector loads
+        wide = np.zeros((stored.shape[0], 2 * stored.shape[1]), stored.dtype)
+        wide[:, ::2] = stored
+        x_dev = cuda.to_device(wide)[:, ::2]
+    else:
+        x_dev = cuda.to_device(stored)
+    out_dtype = np.uint16 if dtype == "bfloat16" else dtype
+    values = cuda.to_device(np.full((x.shape[0], k), 0x7FC0 if dtype == "bfloat16" else np.nan, out_dtype))
+    indices = cuda.to_device(np.full((x.shape[0], k), -7, np.int64))
+    K.launch(x_dev, k, values, indices, plan=plan, **kw)
+    check(exact, k, as_float(values.copy_to_host(), dtype), indices.copy_to_host(), dtype, **kw)
+
+
+def check(exact, k, v, i, dtype, temperature=1.0, log=False):
+    v_ref, i_ref = RT.softmax_topk(exact, k, temperature=temperature, log=log)
+    rtol = RTOL[dtype]
+    np.testing.assert_allclose(v, v_ref, rtol=rtol, atol=rtol if log else 1e-30, equal_nan=True)
+    if temperature == 1.0:  # u = x exactly: the same order, ties to the lower index
+        np.testing.assert_array_equal(i, i_ref)
+    else:  # x / T rounds: near-ties may swap; each index must carry its own value
+        p_ref = RT.softmax_topk(exact, exact.shape[1], temperature=temperature, log=log)
+        full = np.full(exact.shape, np.nan)
+        np.put_along_axis(full, p_ref[1], p_ref[0], -1)
+        np.testing.assert_allclose(np.take_along_axis(full, i, -1), v, rtol=rtol, atol=rtol if log else 0,
+                                   equal_nan=True)
+    for row in i:
+        assert len(set(row.tolist())) == k  # no index twice
+
+
+def special_rows(V, rng):
+    """Random, ties (few distinct values), −inf entries, NaN, all −inf, +inf."""
+    x = rng.standard_normal((6, V))
+    x[1] = rng.integers(-2, 2, V)
+    x[2, ::3] = -np.inf
+    x[3, V // 2] = np.nan
+    x[4] = -np.inf
+    x[5, V - 1] = np.inf
+    return x
+
+
+def test_warp_per_row_special_rows_and_an_idle_warp():
+    rng = np.random.default_rng(1)
+    V = sized(9, 1000)
+    x = np.concatenate([special_rows(V, rng), rng.standard_normal((sized(1, 500), V))])
+    run(x, 5, plan=K.Plan(True, 64, 4))  # 7 rows, 2 per block: the last warp has none
+
+
+def test_block_per_row_merges_warp_lists_k64_log_temperature():
+    rng = np.random.default_rng(2)
+    x = rng.integers(-3, 4, (sized(1, 64), sized(72, 5000))).astype(np.float64)
+    x[0, ::7] = -np.inf
+    run(x, 64, plan=K.Plan(False, 64, 4), log=True, temperature=0.7)
+
+
+def test_split_row_pieces_merged():
+    rng = np.random.default_rng(3)
+    x = rng.integers(-20, 20, (2, sized(100, 200_000))).astype(np.float32)  # ties across pieces
+    x[1, -1] = np.nan  # in the last piece
+    run(x, 5, plan=K.Plan(False, sized(32, 256), 4, sized(3, 40)))  # 3 pieces: one list unpaired
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
+def test_dtypes(dtype):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, sized(40, 3000))) * 3
+    run(x, 5, dtype=dtype, plan=K.Plan(True, 32, 8 if dtype == "float64" else 16))
+
+
+def test_strided_input_and_k_equal_to_v():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 7))
+    run(x, 7, strided=True, plan=K.Plan(True, 32, 4))
+
+
+@pytest.mark.parametrize("V, k", [(1, 1), (760, 5), (1128, 64)] if not SIMULATOR else [(1, 1), (760, 5)])
+def test_default_layouts(V, k):
+    rng = np.random.default_rng(V)
+    run(rng.standard_normal((sized(1, 300), V)), k)
+
+
+@pytest.mark.skipif(SIMULATOR, reason="big shapes: GPU only")
+@pytest.mark.parametrize("rows, V, k", [(1, 128256, 50), (64, 32000, 8), (1000, 4099, 128), (3, 262144, 64)])
+def test_gpu_shapes_every_layout(rows, V, k):
+    rng = np.random.default_rng(rows)
+    for dtype in ("float32", "bfloat16"):
+        run(rng.standard_normal((rows, V)) * 4, k, dtype=dtype)
+
+
+def test_kernel_refuses_k_outside_1_to_v():
+    x = cuda.to_device(np.zeros((1, 4), np.float32))
+    out = cuda.device_array((1, 5), np.float32), cuda.device_array((1, 5), np.int64)
+    with pytest.raises(ValueError, match="k must be in 1"):
+        K.launch(x, 5, *out)
+    with pytest.raises(ValueError, match="k must be in 1"):
+        K.launch(x, 0, *out)
+
+
+# --- the public function -------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["numpy"] + device_kinds())
+def test_public_any_axis_and_kind(kind):
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1, 11, 2)).astype(np.float32)
+    before = x.copy()
+    arg = x if kind == "numpy" else _device(x, kind)
+    v, i = softmax_topk(arg, 4, axis=1, temperature=2.0)
+    assert type(v) is type(arg) or kind == "numba"
+    v, i = to_host(v), to_host(i)
+    assert v.shape == i.shape == (1, 4, 2) and i.dtype == np.int64 and v.dtype == np.float32
+    v_ref, i_ref = RT.softmax_topk(np.moveaxis(x, 1, -1).astype(np.float64), 4, temperature=2.0)
+    np.testing.assert_allclose(v, np.moveaxis(v_ref, -1, 1), rtol=2e-5)
+    np.testing.assert_array_equal(i, np.moveaxis(i_ref, -1, 1))
+    np.testing.assert_array_equal(x, before)  # the input is not modified
+
+
+def _device(x, kind):
+    if kind == "torch":
+        import torch
+
+        return torch.from_numpy(x).cuda()
+    if kind == "cupy":
+        import cupy
+
+        return cupy.asarray(x)
+    return cuda.to_device(x)
+
+
+def test_public_no_rows():
+    v, i = softmax_topk(np.zeros((0, 3, 5), np.float32), 2, axis=-1)
+    assert v.shape == i.shape == (0, 3, 2) and i.dtype == np.int64
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(k=0), ValueError, "k must be in 1 … 6"),
+    (dict(k=7), ValueError, "k must be in 1 … 6"),
+    (dict(k=2.0), TypeError, "k must be an integer"),
+    (dict(k=True), TypeError, "k must be an integer"),
+    (dict(k=2, temperature=0.0), ValueError, "temperature"),
+    (dict(k=2, temperature=float("nan")), ValueError, "temperature"),
+    (dict(k=2, temperature="1"), TypeError, "temperature"),
+    (dict(k=2, log=1), TypeError, "log"),
+    (dict(k=2, axis=2), ValueError, "axis"),
+])
+def test_public_errors_name_the_argument(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        softmax_topk(np.zeros((2, 6), np.float32), **kwargs)
