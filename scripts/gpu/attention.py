@@ -5,7 +5,7 @@
     python scripts/gpu/attention.py --quick    # correctness only
     python scripts/gpu/attention.py --sim      # correctness, tiny shapes, CUDA simulator
 
-1. Correctness (four worker processes, in parallel, each compiling its own kernels):
+1. Correctness (five worker processes, in parallel, each compiling its own kernels):
    the CUDA-core forward (fp32, fp16, bf16 as uint16 bits) with causal, sliding windows,
    GQA/MQA, varlen packing (an empty sequence, one without keys), split partials and their
    merge, the tile configurations timed below, > 65535 batch·heads; the GQA split-KV
@@ -195,7 +195,7 @@ def task_decode():
     d = sz(128, 16)
     cases = sz([(3, 32, 8, 1, 4097, {}, {}), (3, 32, 8, 3, 4097, dict(causal=True), {}),
                 (2, 32, 8, 1, 100, dict(window=(50, -1)), dict(num_splits=7)),
-                (2, 32, 1, 2, 3000, dict(causal=True, window=(1000, 0)), {}),  # MQA
+                (2, 32, 1, 1, 3000, dict(window=(1000, 0)), {}),  # MQA: 8 row chunks
                 (2, 8, 8, 1, 2049, {}, dict(num_splits=64)), (1, 32, 8, 1, 1, {}, {}),
                 (2, 32, 8, 1, 5000, {}, dict(kv_chunk=333)), (1, 4, 2, 40, 300, dict(causal=True), {})],
                [(1, 4, 2, 1, 37, {}, {}), (1, 8, 1, 2, 30, dict(causal=True, window=(9, 0)), dict(num_splits=3))])
