@@ -8,8 +8,8 @@ its own block, and merges the Z partial results (O_z, LSE_z) with the combiner:
 
     m = max_z LSE_z,   ℓ = Σ_z exp(LSE_z − m),   O = Σ_z exp(LSE_z − m)·O_z / ℓ
 
-Both are ``numba_softmax.attention``: ``num_splits=1`` and ``num_splits=Z`` (kernel 1:
-the forward kernel with a third grid axis over key ranges; kernel 2: the merge).  On a
+Both are ``numba_softmax.attention``: ``num_splits=1`` and ``num_splits=Z`` (the decode
+kernel: one block per key range, the last block of a head merging the Z partials).  On a
 GPU the calls are queued behind a sleeping kernel, so the CUDA events time the device
 work, not Python's validation and launch overhead.  Decoding is memory-bound — K and V
 are read once — so the table reports the KV-cache bandwidth (2·Sk·D·4 bytes per head /
@@ -30,7 +30,6 @@ from numba import cuda
 
 from numba_softmax import reference as R
 from numba_softmax.attention import attention, merge_attention
-from numba_softmax.kernels import attention as forward
 from numba_softmax.kernels import decode
 
 CHECK_HEADS = 4  # heads checked against the float64 reference
@@ -75,8 +74,7 @@ def main(argv=None):
         ref, lse_ref = R.attention(q_h[:n_ref], k_h[:n_ref], v_h[:n_ref], return_lse=True)
         z = args.splits or auto_splits(heads, num_sms, sk)
         kv_bytes = 2 * heads * sk * dim * 4
-        block_k = forward.fit_tiles(dim, dim, args.sim)[1]
-        z_real = -(-sk // decode.split_chunk(sk, z, block_k))  # ranges are whole key tiles
+        z_real = min(z, decode.MAX_SPLITS)  # the decode kernel cuts the keys into Z even ranges
         if args.sim:  # NumPy in and out on the simulator
             q, k, v = q_h, k_h, v_h
         else:

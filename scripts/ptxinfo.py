@@ -19,7 +19,7 @@ from numba import cuda
 import types as _t
 import numba.cuda.dispatcher as _disp
 _disp.get_current_device = lambda: _t.SimpleNamespace(compute_capability=(9, 0))  # no GPU here
-from numba.cuda.types import float16, float32, float64, int32, int64, uint16, uint32  # noqa
+from numba.cuda.types import boolean, float16, float32, float64, int32, int64, uint16, uint32  # noqa
 
 mod, fac = sys.argv[1].split(":")
 k = getattr(importlib.import_module(mod), fac)(*eval(sys.argv[2]))

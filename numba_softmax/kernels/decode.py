@@ -1,184 +1,336 @@
-"""v6 — split-KV attention (flash-decoding) and the merge of partial attention results.
+"""v6 — split-KV decoding (flash-decoding) with grouped-query heads, merged in the same kernel.
 
-When a decoder generates one token, Sq is 1 (or a few), and the FlashAttention grid of
-:mod:`.attention` — one block per (batch·head, tile of query rows) — is B·H blocks: too few
-to fill 132 multiprocessors while each block walks a KV cache of 100k keys alone.  Cut the
-keys instead:
+A decoder producing a token has, per (batch, query head), Sq = 1 query row (or a few) and a
+KV cache of Sk keys.  The FlashAttention grid of :mod:`numba_softmax.kernels.attention` would give each
+(batch, head) one block walking the whole cache alone — B·H blocks, a fraction of the
+multiprocessors — and, with grouped-query attention, every query head of a group would
+read the same K/V head again.  Decoding is memory-bound: its speed is the rate at which
+the cache is read.  This kernel reads each K/V head once and spreads the reading over the
+whole device:
 
-    kernel 1  the forward kernel of :mod:`.attention` with a third grid axis: block
-              (i, bh, z) attends to the keys [z·C, (z+1)·C) only and writes that range's
-              normalised partial (O_z, LSE_z) to a float32 workspace
-              (Z·B·H·Sq·(Dv + 1) values — small: Sq is small);
-    kernel 2  ``merge_splits`` folds the Z partials of each query row.
+* **GQA packed**: one block takes a K/V head and all the query rows that read it — the
+  group's Hq/Hkv heads × Sq rows, numbered i·group + g (up to ``rows`` of them; more go
+  to further row chunks).  Query head h reads K/V head h // (Hq/Hkv).
+* **Split-KV**: the keys a block's rows can see (causal, window: :mod:`.visible`) are cut
+  into Z ranges, one block each — Z chosen from B·Hkv and how many blocks the device holds
+  at once (:func:`choose_splits`), so that a batch of one still fills every multiprocessor.
+* **Lanes along D**: a key row of D values is read by LPK lanes, 8 values each (one
+  16-byte load for float16/bfloat16, two for float32), so a warp reads 32/LPK whole rows
+  per load, coalesced; U keys per lane are loaded before any is used (U·2 loads in
+  flight).  The score q·k is summed over the LPK lanes with a shuffle butterfly; every
+  lane of the key keeps the (m, ℓ) of its rows and the O of its 8 columns.
+* **Merged in place**: the key slots of a warp fold their states with shuffles, the warps
+  through shared memory (:func:`fold_warps`), each with the combiner.  With Z > 1 each block
+  writes its normalised partial (O_z, LSE_z); the last of the Z blocks to finish (an
+  atomic ticket after a memory fence) folds the Z partials of its rows
+  (:mod:`.decode_merge`) — one kernel launch, no second kernel.
 
-An (O, LSE) pair *is* an attention state: (m = LSE, ℓ = 1, O) — "all the weight of this
-key range, measured relative to exp(LSE)".  So the merge is the combiner once more::
+The K/V row of a key comes from a dense (B, Hkv, Sk, D) array or, with ``paged``, from a
+block pool through a block table (:mod:`.paged`): the one compile-time difference.
 
-    (m, ℓ) = fold of combine(·, ·, LSE_z, 1) over z      m = max LSE_z, ℓ = Σ exp(LSE_z − m)
-    O      = Σ_z exp(LSE_z − m) · O_z / ℓ,   LSE = m + log ℓ
-
-A range that one row cannot see (causal) has LSE_z = −inf and weighs exactly 0; a row
-that sees nothing at all gets O = 0 and LSE = −inf.  The combiner is associative and
-commutative, so the result depends neither on where the cuts fall nor on the order of
-the merge (up to float rounding) — the tests check both.
-
-``merge_pair`` is the same fold for two results held in separate arrays: the pairwise
-step of ring attention (the sources' ``update_out_and_lse``), where each device attends
-to a rotating block of keys and merges the result into its running (O, LSE).
-
-Memory traffic of kernel 2: read Z·(Dv + 1)·4 bytes per query row, write Dv·b + 4.
-NumPy twins: :func:`numba_softmax.reference.split_kv_attention` and
-:func:`numba_softmax.reference.merge_attention`.
+Memory traffic: K and V read once, Sk·(D + Dv)·b bytes per (batch, K/V head) — the
+figure of merit is this over the kernel time; the partials add Z·rows·(Dv + 1)·4·2.
+NumPy twins: :func:`numba_softmax.reference.split_kv_attention`,
+:func:`~numba_softmax.reference.attention` (GQA, windows).
 """
 
 import functools
 import math
 
 import numpy as np
-from numba import cuda
+from numba import cuda, int32, int64
 
-from ..combine import combine_device, lse_device, weight_device
-from . import attention as forward
-from . import jit, launcher
+from ..combine import weight_device
+from . import counters, jit, launcher, shuffle, tileio
+from . import visible as vis
+from .decode_merge import MAX_SPLITS, fold_splits, fold_warps
 from .jit import accumulator
+from .merge import merge_pair_launch, merge_splits_launch  # noqa: F401  (the API's names)
+from .merge import partials, split_chunk, split_forward  # noqa: F401
+from .ptx import nan_max
 
-MERGE_WARPS = 4  # rows per block in the merge kernels: one warp per query row
+FULL_MASK = 0xFFFFFFFF
+VALUES_PER_LANE = 8  # EPL: D-values of a key row each lane reads
+MAX_ROWS = 4  # query rows one block takes (more: further row chunks)
+MAX_HEAD_DIM = 256
+WARPS = 8
+
+
+def lanes(dtype, d, dv):
+    """(LPK lanes per key, KPW keys per warp, U keys a lane loads at once)."""
+    need = -(-max(d, dv) // VALUES_PER_LANE)
+    lpk = 1
+    while lpk < need:
+        lpk *= 2
+    return lpk, 32 // lpk, 4 if np.dtype(dtype).itemsize <= 2 else 2  # 8 16-byte loads a lane
 
 
 @functools.cache
-def _merge_kernels(dtype, warps):
+def kernel(dtype, d, dv, rows, warps, paged, width):
+    """The decode kernel for one (dtype, D, Dv, rows per block, warps, layout, vector width)."""
     acc = accumulator(dtype)
+    store_o = jit.storer(dtype)
+    LPK, KPW, U = lanes(dtype, d, dv)
+    EPL, RB = VALUES_PER_LANE, rows
+    KS = warps * KPW  # key slots of a block: each step reads U·KS keys
+    NV = EPL // width  # vector loads per key row per lane
+    N_Q, N_KV, N_S = RB * EPL, U * EPL, RB * U
+    load = tileio.global_load(width)
+    swap_s, swap_state = shuffle.exchange(N_S), shuffle.exchange3(RB, RB, N_Q)
+    fold_w = fold_warps(dtype, LPK, dv, rows, warps)
+    fold_z = fold_splits(dtype, dv, rows, warps)
+
+    @jit.device
+    def row_slots(x, i0, i1, i2, t, lim, buf, at):
+        """buf[at …] ← the lane's EPL values of row x[i0, i1, i2, :lim] (0 past lim)."""
+        for nv in range(NV):
+            col = t * EPL + nv * width
+            if col < lim:
+                load(x, i0, i1, i2, col, buf, at + nv * width)
+            else:
+                for e in range(width):
+                    buf[at + nv * width + e] = acc(0.0)
 
     @jit.kernel
-    def merge_splits(o_ws, lse_ws, o, lse):
-        """o_ws (Z·B, H, Sq, Dv), lse_ws (Z·B, H, Sq) → o (B, H, Sq, Dv), lse (B, H, Sq).
-        Grid (⌈Sq/W⌉, B·H); warp w of block (x, bh) merges query row x·W + w."""
-        warp, lane = cuda.threadIdx.x // 32, cuda.threadIdx.x % 32
-        n_b, n_h = o.shape[0], o.shape[1]
-        b, h = cuda.blockIdx.y // n_h, cuda.blockIdx.y % n_h
-        row = cuda.blockIdx.x * warps + warp
-        if row >= o.shape[2]:
-            return
-        splits = o_ws.shape[0] // n_b
-        one, zero = acc(1.0), acc(0.0)
-        m, l = acc(-math.inf), zero  # the identity
-        for z in range(splits):  # every lane folds the row's Z states itself
-            m, l = combine_device(m, l, acc(lse_ws[z * n_b + b, h, row]), one)
-        inv = one / l if l != zero else zero  # ℓ = 0: no range saw a key → O = 0
-        for c in range(lane, o.shape[3], 32):  # lanes along Dv: coalesced
-            x = zero
-            for z in range(splits):
-                w = weight_device(acc(lse_ws[z * n_b + b, h, row]), m)
-                x += w * acc(o_ws[z * n_b + b, h, row, c])
-            o[b, h, row, c] = x * inv
-        if lane == 0:
-            lse[b, h, row] = lse_device(m, l)
+    def decode(q, k, v, o, lse, o_ws, lse_ws, counters, table, seqlens, scale, left, right,
+               kv_chunk, splits, n_chunks, page_shift):
+        tid = cuda.threadIdx.x
+        warp, lane = tid >> 5, tid & 31
+        slot, t = warp * KPW + lane // LPK, lane & (LPK - 1)  # key slot; lane within the key
+        x = cuda.blockIdx.x  # → (row chunk, split, K/V head, batch), the chunks of one head adjacent
+        rc, x = x % n_chunks, x // n_chunks
+        z, x = x % splits, x // splits
+        n_kv = k.shape[2] if paged else k.shape[1]
+        hk, b = x % n_kv, x // n_kv
+        group, sq = q.shape[1] // n_kv, q.shape[2]
+        sk = int64(seqlens[b]) if paged else int64(k.shape[2])
+        shift = sk - sq  # the Sq queries are the last Sq positions
+        n_rows = group * sq
+        pr0 = rc * RB  # the block's packed rows pr0 … pr0 + RB − 1: query i = pr // group
+        i_first, i_last = pr0 // group, (min(pr0 + RB, n_rows) - 1) // group
+        lo, hi = vis.key_range(i_first, i_last, shift, left, right, 0, sk)
+        if kv_chunk > 0:  # splits of exactly kv_chunk positions
+            a, e = max(lo, z * kv_chunk), min(hi, z * kv_chunk + kv_chunk)
+        else:  # Z even shares of the keys the rows see
+            per = -(-max(hi - lo, 0) // splits)
+            a = lo + z * per
+            e = min(hi, a + per)
 
-    @jit.kernel
-    def merge_pair(o_a, lse_a, o_b, lse_b, o, lse):
-        """(o_a, lse_a) ⊕ (o_b, lse_b) → (o, lse); all (B, H, S, Dv) and (B, H, S).
-        ``o``, ``lse`` may be ``o_a``, ``lse_a`` (ring attention updates in place)."""
-        warp, lane = cuda.threadIdx.x // 32, cuda.threadIdx.x % 32
-        n_h = o.shape[1]
-        b, h = cuda.blockIdx.y // n_h, cuda.blockIdx.y % n_h
-        row = cuda.blockIdx.x * warps + warp
-        if row >= o.shape[2]:
-            return
-        one, zero = acc(1.0), acc(0.0)
-        la, lb = acc(lse_a[b, h, row]), acc(lse_b[b, h, row])
-        m, l = combine_device(la, one, lb, one)
-        w_a, w_b = weight_device(la, m), weight_device(lb, m)  # the factors ℓ was re-based by
-        inv = one / l if l != zero else zero
-        for c in range(lane, o.shape[3], 32):
-            o[b, h, row, c] = (w_a * acc(o_a[b, h, row, c]) + w_b * acc(o_b[b, h, row, c])) * inv
-        cuda.syncwarp(0xFFFFFFFF)  # every lane has read lse_a before it may be overwritten
-        if lane == 0:
-            lse[b, h, row] = lse_device(m, l)
+        qv = cuda.local.array(N_Q, acc)  # the lane's 8 values of each row's q
+        row_i = cuda.local.array(RB, int64)  # each row's query index
+        for r in range(RB):
+            pr = pr0 + r
+            row_i[r] = pr // group
+            if pr < n_rows:
+                row_slots(q, b, hk * group + pr % group, pr // group, t, d, qv, r * EPL)
+            else:
+                for c in range(EPL):
+                    qv[r * EPL + c] = acc(0.0)
+        sc = acc(scale)  # applied to the scores: q's loads need not land before the loop starts
+        m = cuda.local.array(RB, acc)  # each row's state (m, ℓ, O) over this slot's keys
+        l = cuda.local.array(RB, acc)
+        ov = cuda.local.array(N_Q, acc)  # O: the lane's 8 columns of each row
+        kb = cuda.local.array(N_KV, acc)  # U keys' rows of K and V
+        vb = cuda.local.array(N_KV, acc)
+        s = cuda.local.array(N_S, acc)
+        s_o = cuda.local.array(N_S, acc)  # a partner lane's values, in the butterflies
+        m_o = cuda.local.array(RB, acc)
+        l_o = cuda.local.array(RB, acc)
+        o_o = cuda.local.array(N_Q, acc)
+        for r in range(RB):
+            m[r], l[r] = acc(-math.inf), acc(0.0)
+        for c in range(N_Q):
+            ov[c] = acc(0.0)
 
-    return merge_splits, merge_pair
+        j = a
+        while j < e:
+            # load U keys' rows of K and V (all in flight before any is used)
+            for u in range(U):
+                key = j + u * KS + slot
+                if key < e:
+                    i0, i1, i2 = b, hk, key  # dense: k[b, hk, key]
+                    if paged:  # position → (block, row): table[b, key // bs], key % bs
+                        if page_shift >= 0:
+                            i0, i1 = table[b, key >> page_shift], key & ((1 << page_shift) - 1)
+                        else:
+                            i0, i1 = table[b, key // k.shape[1]], key % k.shape[1]
+                        i2 = hk
+                    row_slots(k, i0, i1, i2, t, d, kb, u * EPL)
+                    row_slots(v, i0, i1, i2, t, dv, vb, u * EPL)
+                else:
+                    for c in range(EPL):
+                        kb[u * EPL + c] = acc(0.0)
+                        vb[u * EPL + c] = acc(0.0)
+            # S = q·k: this lane's 8 products, then the sum over the key's LPK lanes
+            for r in range(RB):
+                for u in range(U):
+                    x_s = acc(0.0)
+                    for c in range(EPL):
+                        x_s += qv[r * EPL + c] * kb[u * EPL + c]
+                    s[r * U + u] = x_s * sc
+            offset = LPK // 2
+            while offset > 0:  # butterfly: every lane of the key ends with the full sums
+                swap_s(s, s_o, offset)
+                for c in range(N_S):
+                    s[c] += s_o[c]
+                offset //= 2
+            # mask: keys past the range, and those outside a row's band
+            if j + U * KS > e or vis.band_edge(j, j + U * KS - 1, i_first, i_last, shift, left, right):
+                for r in range(RB):
+                    for u in range(U):
+                        key = j + u * KS + slot
+                        if key >= e or not vis.sees(row_i[r], key, shift, left, right):
+                            s[r * U + u] = acc(-math.inf)
+            # the online update of each row's (m, ℓ, O)
+            for r in range(RB):
+                mx = s[r * U]
+                for u in range(1, U):
+                    mx = nan_max(s[r * U + u], mx)
+                m_new = nan_max(mx, m[r])
+                alpha = weight_device(m[r], m_new)  # exp(m − m'), 0 when m = −inf
+                part = acc(0.0)
+                for u in range(U):
+                    p = weight_device(s[r * U + u], m_new)
+                    s[r * U + u] = p
+                    part += p
+                l[r] = alpha * l[r] + part
+                m[r] = m_new
+                for c in range(EPL):
+                    x_o = alpha * ov[r * EPL + c]
+                    for u in range(U):
+                        x_o += s[r * U + u] * vb[u * EPL + c]
+                    ov[r * EPL + c] = x_o
+            j += U * KS
+
+        # the key slots of a warp: fold their states (butterfly over the slots)
+        offset = LPK
+        while offset < 32:
+            swap_state(m, l, ov, m_o, l_o, o_o, offset)
+            for r in range(RB):
+                m_n = nan_max(m[r], m_o[r])
+                w_a, w_b = weight_device(m[r], m_n), weight_device(m_o[r], m_n)
+                m[r], l[r] = m_n, w_a * l[r] + w_b * l_o[r]
+                for c in range(EPL):
+                    ov[r * EPL + c] = w_a * ov[r * EPL + c] + w_b * o_o[r * EPL + c]
+            offset *= 2
+        # the warps, through shared memory: the block's (O, LSE) → o, lse or the partials
+        fold_w(m, l, ov, t, o, lse, o_ws, lse_ws, z, splits, b, hk, group, pr0, n_rows)
+
+        if splits > 1:  # the last block of the Z to finish merges the partials
+            cuda.threadfence()  # this block's partials are visible device-wide …
+            cuda.syncthreads()  # … for every thread, before the ticket is taken
+            last = cuda.shared.array(1, int32)
+            if tid == 0:
+                ticket = (b * n_kv + hk) * n_chunks + rc
+                last[0] = cuda.atomic.add(counters, ticket, 1) == splits - 1
+                if last[0]:
+                    counters[ticket] = 0  # ready for the next launch
+                    cuda.threadfence()  # and the others' partials are visible to us
+            cuda.syncthreads()
+            if last[0]:
+                fold_z(o_ws, lse_ws, o, lse, splits, b, hk, group, pr0, n_rows)
+
+    return decode
 
 
-def _merge_grid(o, warps):
-    n_b, n_h, s = o.shape[0], o.shape[1], o.shape[2]
-    if n_b * n_h > 65535:  # grid y, as in the forward kernel
-        raise ValueError(f"at most 65535 batch·heads per launch, got {n_b * n_h}")
-    return (-(-s // warps), n_b * n_h), 32 * warps
+def choose_splits(units, keys, resident_blocks, keys_per_step):
+    """Z for ``units`` = B·Hkv·(row chunks) blocks: about one full wave of the blocks the
+    device holds at once, at most one split per step of keys, at most MAX_SPLITS."""
+    z = max(1, round(resident_blocks / max(units, 1)))
+    return max(1, min(z, MAX_SPLITS, -(-keys // keys_per_step)))
 
 
-_WORKSPACES = {}
+# --- launch ---------------------------------------------------------------------------------
+_RESIDENT = {}
 
 
-def _workspace(shape, dv, stream):
-    """The float32 partials (O: shape + (Dv,), LSE: shape), allocated once per stream and
-    grown as needed (a cudaMalloc per call would cost more than decoding one token); one
-    per stream, because two streams running at once must not share it."""
-    key = int(stream) if stream else 0  # a Numba stream's int() is its handle
-    n = shape[0] * shape[1] * shape[2]
-    need = n * (dv + 1)
-    buf = _WORKSPACES.get(key)
-    if buf is None or buf.shape[0] < need:
-        buf = _WORKSPACES[key] = cuda.device_array(max(need, 4096), dtype=np.float32, stream=stream)
-    return buf[: n * dv].reshape(*shape, dv), buf[n * dv : need].reshape(*shape)
+def _resident(dec, args, threads, shared):
+    """How many blocks of ``dec`` the device holds at once (asked once per variant)."""
+    key = (dec, launcher.device_limits().name, threads, shared)
+    if key not in _RESIDENT:
+        _RESIDENT[key] = launcher.max_cooperative_blocks(dec, args, threads, shared)
+    return _RESIDENT[key]
 
 
-def split_chunk(sk, num_splits, block_k):
-    """Keys per split: ⌈Sk / num_splits⌉ rounded up to whole tiles of ``block_k`` keys
-    (so no split ends in a ragged tile but the last).  May give fewer splits than asked."""
-    if num_splits < 1:
-        raise ValueError(f"num_splits must be >= 1, got {num_splits}")
-    chunk = -(-sk // num_splits)
-    return max(block_k, -(-chunk // block_k) * block_k)
-
-
-def decode_block_q(sq):
-    """Query tile for split-KV: the smallest one-warp tile (4, 8 or 16 rows) holding Sq rows
-    (decoding has Sq = 1 … a few), else None: the forward kernel's default."""
-    for block_q in (4, 8, 16):
-        if sq <= block_q:
-            return block_q
-    return None
-
-
-def launch(q, k, v, o, lse, *, num_splits, causal=False, scale=None, block_q=None,
-           block_k=None, rows_per_lane=None, kv_chunk=None, stream=0, small=False):
-    """Split-KV attention on 4-D device arrays (as :func:`.attention.launch`); ``o``
-    (B, H, Sq, Dv) and ``lse`` (B, H, Sq, float32) receive the merged result.
-
-    The keys are cut into ``num_splits`` ranges of whole tiles (:func:`split_chunk`), or
-    into ranges of exactly ``kv_chunk`` keys when that is given.
-    """
+def run(q, k, v, o, lse, *, paged, table=None, seqlens=None, max_seqlen_k=None,
+        num_splits=None, kv_chunk=None, causal=False, window=(-1, -1), scale=None, stream=0,
+        small=False):
+    """Launch the decode kernel: dense k, v (B, Hkv, Sk, ·) or, with ``paged``, caches
+    (blocks, block_size, Hkv, ·) with ``table`` (B, max_blocks) and ``seqlens`` (B,), int32.
+    ``kv_chunk``: splits of exactly that many positions (at most MAX_SPLITS of them);
+    ``num_splits``: at most that many even splits; neither: :func:`choose_splits`, from
+    the number of keys (``max_seqlen_k``; paged, by default, the table's capacity)."""
     n_b, n_h, sq, d = q.shape
-    sk, dv = k.shape[2], v.shape[3]
-    if block_q is None:
-        block_q = decode_block_q(sq)
-    if block_k is None:
-        block_k = forward.fit_tiles(d, dv, small)[1]
-    if kv_chunk is None:
-        kv_chunk = split_chunk(sk, num_splits, block_k)
-    splits = max(1, -(-sk // kv_chunk))
-    o_ws, lse_ws = _workspace((splits * n_b, n_h, sq), dv, stream)
-    forward.launch(q, k, v, o_ws, lse_ws, causal=causal, scale=scale, block_q=block_q,
-                   block_k=block_k, rows_per_lane=rows_per_lane, kv_chunk=kv_chunk,
-                   stream=stream, small=small)
-    merge_splits_launch(o_ws, lse_ws, o, lse, stream=stream, small=small)
-
-
-def merge_splits_launch(o_ws, lse_ws, o, lse, stream=0, small=False):
-    """Fold the Z = o_ws.shape[0] / B partials of every query row (kernel 2)."""
-    if o.shape[0] * o.shape[1] * o.shape[2] == 0:
+    n_kv = k.shape[2] if paged else k.shape[1]
+    sk = k.shape[1] * table.shape[1] if paged else k.shape[2]
+    sk = sk if max_seqlen_k is None else int(max_seqlen_k)
+    dv = v.shape[3]
+    if n_b * n_h * sq == 0:
         return
-    warps = 1 if small else MERGE_WARPS
-    grid, threads = _merge_grid(o, warps)
-    launcher.launch(_merge_kernels(np.dtype(np.float32), warps)[0], grid, threads, stream,
-                    (o_ws, lse_ws, o, lse))
+    packed = n_h // n_kv * sq  # query rows per K/V head
+    rows = min(packed, MAX_ROWS)
+    n_chunks = -(-packed // rows)
+    lpk, kpw, unroll = lanes(q.dtype, d, dv)
+    width = tileio.global_width([q, k, v], (VALUES_PER_LANE, d, dv))
+    units = n_b * n_kv * n_chunks
+    dummy = counters.placeholder
+    table = dummy(2, np.int32) if table is None else table
+    seqlens = dummy(1, np.int32) if seqlens is None else seqlens
+    o_ws, lse_ws, tickets = dummy(4, np.float32), dummy(3, np.float32), dummy(1, np.int32)
+    bs = k.shape[1]
+    page_shift = bs.bit_length() - 1 if paged and bs & (bs - 1) == 0 else -1
+    left, right = vis.bounds(causal, window)
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+
+    def args(kv_chunk, splits):
+        return (q, k, v, o, lse, o_ws, lse_ws, tickets, table, seqlens, scale, left, right,
+                kv_chunk, splits, n_chunks, page_shift)
+
+    warps = 2 if small else WARPS
+    dec = kernel(q.dtype, d, dv, rows, warps, bool(paged), width)
+    while 32 * warps > launcher.max_threads(dec, args(0, 1)):  # its registers allow fewer
+        warps //= 2
+        dec = kernel(q.dtype, d, dv, rows, warps, bool(paged), width)
+    shared = warps * rows * lpk * VALUES_PER_LANE * 4
+
+    if kv_chunk is not None:
+        kv_chunk = int(kv_chunk)
+        splits = max(1, -(-sk // kv_chunk))
+    elif num_splits is not None:
+        splits, kv_chunk = max(1, min(int(num_splits), MAX_SPLITS)), 0
+    else:
+        kv_chunk = 0
+        resident = 8 if small else _resident(dec, args(0, 1), 32 * warps, shared)
+        splits = choose_splits(units, sk, resident, warps * kpw * unroll)
+    if splits > MAX_SPLITS:
+        raise ValueError(f"{splits} splits; at most {MAX_SPLITS}")
+    if splits > 1:
+        o_ws, lse_ws = partials((splits * n_b, n_h, sq), -(-dv // 4) * 4, stream)
+        tickets = counters.tickets(units, stream)
+    launcher.launch(dec, (units * splits,), 32 * warps, stream, args(kv_chunk, splits),
+                    shared=shared)
 
 
-def merge_pair_launch(o_a, lse_a, o_b, lse_b, o, lse, stream=0, small=False):
-    """(o, lse) ← merge of two partial results over disjoint key sets; 4-D/3-D device
-    arrays (B, H, S, Dv) and (B, H, S).  ``o``/``lse`` may be ``o_a``/``lse_a``."""
-    if o.shape[0] * o.shape[1] * o.shape[2] == 0:
-        return
-    warps = 1 if small else MERGE_WARPS
-    grid, threads = _merge_grid(o, warps)
-    launcher.launch(_merge_kernels(np.dtype(o_a.dtype), warps)[1], grid, threads, stream,
-                    (o_a, lse_a, o_b, lse_b, o, lse))
+def launch(q, k, v, o, lse, *, num_splits=None, causal=False, window=(-1, -1), scale=None,
+           kv_chunk=None, stream=0, small=False, **tile_options):
+    """Split-KV attention on 4-D device arrays q (B, Hq, Sq, D), k (B, Hkv, Sk, D),
+    v (B, Hkv, Sk, Dv); ``o`` (B, Hq, Sq, Dv) and ``lse`` (B, Hq, Sq, float32) receive the
+    merged result.  ``num_splits``: at most that many key ranges (default: chosen from
+    B·Hkv and the device); ``kv_chunk``: ranges of exactly that many keys.
+
+    Few query rows per K/V head (≤ MAX_ROWS·8: decoding, speculative decoding) run the
+    decode kernel; more, or tile options, run the forward kernel on key ranges and then
+    the merge kernel (:func:`.merge.split_forward`)."""
+    n_b, n_h, sq, d = q.shape
+    n_kv, sk, dv = k.shape[1], k.shape[2], v.shape[3]
+    if n_kv < 1 or n_h % n_kv or v.shape[1] != n_kv:
+        raise ValueError(f"q has {n_h} heads, k {n_kv} and v {v.shape[1]}: k and v need one "
+                         f"number of heads that divides q's")
+    if not 1 <= min(d, dv) <= max(d, dv) <= MAX_HEAD_DIM:
+        raise ValueError(f"head dimensions must be between 1 and {MAX_HEAD_DIM}, got D={d}, Dv={dv}")
+    chunks = 0 if kv_chunk is None else -(-sk // max(int(kv_chunk), 1))
+    if not tile_options and n_h // n_kv * sq <= 8 * MAX_ROWS and chunks <= MAX_SPLITS:
+        return run(q, k, v, o, lse, paged=False, num_splits=num_splits, kv_chunk=kv_chunk,
+                   causal=causal, window=window, scale=scale, stream=stream, small=small)
+    split_forward(q, k, v, o, lse, num_splits=num_splits, kv_chunk=kv_chunk, causal=causal,
+                  window=window, scale=scale, stream=stream, small=small, **tile_options)

@@ -6,6 +6,7 @@ reference side by side.
 
 from .attention import (
     attention,
+    attention_varlen,
     flash_attention,
     merge_attention,
     split_kv_attention,
@@ -13,6 +14,7 @@ from .attention import (
     visible,
 )
 from .backward import attention_backward, log_softmax_backward, softmax_backward
+from .paged import append_kv, gather_kv, paged_attention
 from .softmax import (
     chunk_softmax,
     log_softmax,
@@ -37,6 +39,10 @@ __all__ = [
     "merge_chunks_lse",
     "update_out_and_lse",
     "attention",
+    "attention_varlen",
+    "paged_attention",
+    "gather_kv",
+    "append_kv",
     "flash_attention",
     "split_kv_attention",
     "merge_attention",

@@ -21,6 +21,7 @@ from ..combine import IDENTITY, combine_output_np, lse_np, weight_np
 
 __all__ = [
     "attention",
+    "attention_varlen",
     "flash_attention",
     "split_kv_attention",
     "merge_attention",
@@ -86,6 +87,31 @@ def attention(q, k, v, causal=False, scale=None, return_lse=False, window=(-1, -
     m = s.max(axis=-1) if sk else np.full(s.shape[:-1], -np.inf)
     p = weight_np(s, m[..., None])
     return _finish(m, p.sum(axis=-1), p @ v, return_lse)
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, window=(-1, -1),
+                     scale=None, return_lse=False):
+    """Attention over a packed batch of sequences of different lengths (flash-attn's varlen).
+
+    q (total_q, Hq, D), k (total_k, Hkv, D), v (total_k, Hkv, Dv): sequence b owns the rows
+    cu_seqlens_q[b] … cu_seqlens_q[b+1] of q and cu_seqlens_k[b] … cu_seqlens_k[b+1] of k
+    and v, and attends only to its own keys (causal and window aligned bottom-right within
+    it).  Returns o (total_q, Hq, Dv) and, with ``return_lse``, LSE (Hq, total_q) —
+    flash-attn's ``softmax_lse`` layout.  An empty sequence owns no rows; a sequence with
+    no keys gets O = 0, LSE = −inf."""
+    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    cu_q, cu_k = (np.asarray(c, dtype=np.int64) for c in (cu_seqlens_q, cu_seqlens_k))
+    if q.ndim != 3 or k.ndim != 3 or v.ndim != 3 or len(cu_q) != len(cu_k) or len(cu_q) < 1:
+        raise ValueError(f"need packed (total, H, D) arrays and two cu_seqlens of one length, "
+                         f"got q {q.shape}, k {k.shape}, v {v.shape}, {len(cu_q)} and {len(cu_k)} offsets")
+    out = np.zeros(q.shape[:2] + (v.shape[-1],))
+    lse = np.full((q.shape[1], q.shape[0]), -np.inf)
+    for b in range(len(cu_q) - 1):
+        rows, keys = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        heads = [np.swapaxes(x, 0, 1) for x in (q[rows], k[keys], v[keys])]  # (H, S, D)
+        o_b, lse_b = attention(*heads, causal=causal, scale=scale, return_lse=True, window=window)
+        out[rows], lse[:, rows] = np.swapaxes(o_b, 0, 1), lse_b
+    return (out, lse) if return_lse else out
 
 
 def flash_attention(q, k, v, causal=False, scale=None, block_q=64, block_k=64, return_lse=False):

@@ -1,0 +1,196 @@
+"""The two folds at the end of the decode kernel (:mod:`.decode`): across the warps of a
+block, and across the Z blocks (splits) of a K/V head — both the combiner over (m, ℓ, O).
+
+``fold_warps``: every warp holds, per query row, a state (m, ℓ, O) over its keys (O in
+the lanes of one key slot, 8 columns a lane).  They meet in shared memory; one thread per
+row folds the W pairs (m, ℓ) into the row's (m, ℓ) and leaves each warp's factor
+exp(m_w − m)/ℓ; then every thread forms output columns Σ_w factor_w·O_w.  The result is
+normalised: with one split it is the answer (o, lse); with Z splits it is the partial
+(O_z, LSE_z), written to the float32 workspace.
+
+``fold_splits`` (run by the last block of the Z to finish, see :mod:`.decode`): an
+(O_z, LSE_z) pair is the state (m = LSE_z, ℓ = 1, O_z), so the same fold again, over z::
+
+    m = max_z LSE_z,   ℓ = Σ_z exp(LSE_z − m),   O = Σ_z exp(LSE_z − m)·O_z / ℓ
+
+Every LSE_z is read at once (one thread per (z, row)); then the block's threads split the
+output into 4-column pieces, TPI threads per piece, each thread reading every TPI-th
+partial of its piece eight at a time (16-byte loads, all in flight), and the TPI sums meet
+in shared memory — a round trip or two to L2, not Z of them.
+"""
+
+import functools
+import math
+
+from numba import cuda
+
+from ..combine import larger_device as nan_max
+from ..combine import lse_device, weight_device
+from . import jit, tileio
+from .jit import accumulator
+
+MAX_SPLITS = 64
+EPL = 8  # output columns per lane in the decode kernel
+
+
+def _row(pr, hk, group):
+    """Packed row pr of K/V head hk → (query head, query index)."""
+    return hk * group + pr % group, pr // group
+
+
+row_of = jit.device(_row)
+
+
+@functools.cache
+def rebase(dtype):
+    """Device function ``rebase(f, l, unit, n, r, rows)``: fold the n states
+    (m_k, ℓ_k) = (f[k·rows + r], l[k·rows + r] — or 1 with ``unit``) of row r into the
+    row's (m, ℓ), which it returns, and overwrite each f[k·rows + r] with the factor
+    exp(m_k − m)/ℓ that turns state k's O into its share of the normalised output
+    (0 for every k when ℓ = 0: nothing was seen)."""
+    acc = accumulator(dtype)
+
+    @jit.device
+    def fold(f, l, unit, n, r, rows):
+        mx = acc(-math.inf)
+        for k in range(n):
+            mx = nan_max(f[k * rows + r], mx)
+        lt = acc(0.0)
+        for k in range(n):
+            w = weight_device(f[k * rows + r], mx)
+            lt += w if unit else l[k * rows + r] * w
+        inv = acc(1.0) / lt if lt != acc(0.0) else acc(0.0)
+        for k in range(n):
+            f[k * rows + r] = weight_device(f[k * rows + r], mx) * inv
+        return mx, lt
+
+    return fold
+
+
+@functools.cache
+def fold_warps(dtype, lanes_per_key, dv, rows, warps):
+    acc = accumulator(dtype)
+    store_o = jit.storer(dtype)
+    RB, W, LPK = rows, warps, lanes_per_key
+    DVP = LPK * EPL  # columns the lanes of a key slot cover
+    N_STATE, THREADS = W * RB, 32 * warps
+    fold_states = rebase(dtype)
+
+    @jit.device
+    def fold(m, l, ov, t, o, lse, o_ws, lse_ws, z, splits, b, hk, group, pr0, n_rows):
+        tid = cuda.threadIdx.x
+        warp, lane = tid >> 5, tid & 31
+        f_s = cuda.shared.array(N_STATE, acc)  # m of each warp's rows, then its factor
+        l_s = cuda.shared.array(N_STATE, acc)
+        row_l = cuda.shared.array(RB, acc)
+        o_s = cuda.shared.array(0, acc)  # W·RB·DVP: each warp's O
+        if lane < LPK:  # the warp's state sits in its first key slot
+            for r in range(RB):
+                if t == 0:
+                    f_s[warp * RB + r], l_s[warp * RB + r] = m[r], l[r]
+                for c in range(EPL):
+                    o_s[(warp * RB + r) * DVP + t * EPL + c] = ov[r * EPL + c]
+        cuda.syncthreads()  # every warp's state is in shared memory
+        if tid < RB:  # one thread per row: (m, ℓ) of the block, and each warp's factor
+            mx, lt = fold_states(f_s, l_s, False, W, tid, RB)
+            row_l[tid] = lt
+            pr = pr0 + tid
+            if pr < n_rows:
+                h, i = row_of(pr, hk, group)
+                if splits == 1:
+                    lse[b, h, i] = lse_device(mx, lt)
+                else:
+                    lse_ws[z * o.shape[0] + b, h, i] = lse_device(mx, lt)
+        cuda.syncthreads()  # the factors are ready
+        for idx in range(tid, RB * dv, THREADS):
+            r = idx // dv
+            c, pr = idx - r * dv, pr0 + r
+            if pr < n_rows:
+                x = acc(0.0)
+                for w in range(W):
+                    x += f_s[w * RB + r] * o_s[(w * RB + r) * DVP + c]
+                if row_l[r] == acc(0.0):
+                    x = acc(0.0)  # the rows saw no key: O = 0, chosen (0·NaN is NaN)
+                h, i = row_of(pr, hk, group)
+                if splits == 1:
+                    o[b, h, i, c] = store_o(x)
+                else:
+                    o_ws[z * o.shape[0] + b, h, i, c] = x
+
+    return fold
+
+
+@functools.cache
+def fold_splits(dtype, dv, rows, warps):
+    acc = accumulator(dtype)
+    store_o = jit.storer(dtype)
+    RB, THREADS = rows, 32 * warps
+    NC = -(-dv // 4)  # 4-column chunks of a row (the workspace rows are padded to 4·NC)
+    ITEMS = RB * NC
+    TPI = max(1, THREADS // ITEMS)  # threads per 4 output columns: each folds every TPI-th z
+    ZR, RED = MAX_SPLITS * RB, 4 * ITEMS * TPI
+    BATCH = 8  # partials a thread loads before it uses any
+    fold_states = rebase(dtype)
+    BUF = 4 * BATCH
+    load4 = tileio.global_load(4)
+
+    @jit.device
+    def fold(o_ws, lse_ws, o, lse, splits, b, hk, group, pr0, n_rows):
+        tid = cuda.threadIdx.x
+        n_b = o.shape[0]
+        f_s = cuda.shared.array(ZR, acc)  # LSE_z of each (z, row), then its factor
+        l_s = cuda.shared.array(RB, acc)
+        red = cuda.shared.array(RED, acc)  # the TPI partial sums of every 4 columns
+        for idx in range(tid, splits * RB, THREADS):  # every LSE_z at once
+            z = idx // RB
+            pr = pr0 + idx - z * RB
+            f_s[idx] = acc(-math.inf)
+            if pr < n_rows:
+                h, i = row_of(pr, hk, group)
+                f_s[idx] = lse_ws[z * n_b + b, h, i]
+        cuda.syncthreads()  # all LSE_z are in shared memory
+        if tid < RB:  # one thread per row: (m, ℓ) over z (each ℓ_z = 1), and each split's factor
+            mx, lt = fold_states(f_s, f_s, True, splits, tid, RB)
+            l_s[tid] = lt
+            pr = pr0 + tid
+            if pr < n_rows:
+                h, i = row_of(pr, hk, group)
+                lse[b, h, i] = lse_device(mx, lt)
+        cuda.syncthreads()  # the factors are ready
+        buf = cuda.local.array(BUF, acc)
+        for idx in range(tid, ITEMS * TPI, THREADS):  # lanes along the columns: coalesced
+            sub, item = idx // ITEMS, idx % ITEMS
+            r = item // NC
+            c, pr = (item - r * NC) * 4, pr0 + r
+            x0 = x1 = x2 = x3 = acc(0.0)
+            if pr < n_rows:
+                h, i = row_of(pr, hk, group)
+                zz = sub
+                while zz < splits:  # BATCH splits at a time, all loads in flight together
+                    for u in range(BATCH):
+                        if zz + u * TPI < splits:
+                            load4(o_ws, (zz + u * TPI) * n_b + b, h, i, c, buf, 4 * u)
+                    for u in range(BATCH):
+                        if zz + u * TPI < splits:
+                            f = f_s[(zz + u * TPI) * RB + r]
+                            x0 += f * buf[4 * u]
+                            x1 += f * buf[4 * u + 1]
+                            x2 += f * buf[4 * u + 2]
+                            x3 += f * buf[4 * u + 3]
+                    zz += BATCH * TPI
+            at = 4 * (sub * ITEMS + item)
+            red[at], red[at + 1], red[at + 2], red[at + 3] = x0, x1, x2, x3
+        cuda.syncthreads()  # every partial sum is in shared memory
+        for item in range(tid, ITEMS, THREADS):
+            r = item // NC
+            c, pr = (item - r * NC) * 4, pr0 + r
+            if pr < n_rows:
+                h, i = row_of(pr, hk, group)
+                for e in range(4):
+                    x = acc(0.0)
+                    for sub in range(TPI):
+                        x += red[4 * (sub * ITEMS + item) + e]
+                    if c + e < dv:
+                        o[b, h, i, c + e] = store_o(x if l_s[r] != acc(0.0) else acc(0.0))
+
+    return fold

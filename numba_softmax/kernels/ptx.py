@@ -1,0 +1,39 @@
+"""One PTX instruction Numba does not emit: ``max.NaN.f32``.
+
+The row max of attention must keep a NaN, whichever side it is on (:func:`.combine.larger`);
+written in Python that is two compares, an ``or`` and a select per score.  Since sm_80 the
+hardware has the instruction: ``max.NaN.f32 d, a, b`` is NaN when a or b is, else the
+larger.  :func:`nan_max` emits it through inline PTX for float32 (and falls back to
+:func:`.combine.larger` for other types); under the CUDA simulator it *is*
+:func:`.combine.larger`.
+"""
+
+from .._sim import simulator_enabled
+from ..combine import larger, larger_device
+
+if simulator_enabled():
+    nan_max = larger
+else:
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic, overload
+
+    @intrinsic
+    def _max_nan_f32(typingctx, a, b):
+        def codegen(context, builder, sig, args):
+            f32 = ir.FloatType()
+            asm = ir.InlineAsm(ir.FunctionType(f32, [f32, f32]), "max.NaN.f32 $0, $1, $2;",
+                               "=f,f,f", side_effect=False)
+            return builder.call(asm, list(args))
+
+        return types.float32(types.float32, types.float32), codegen
+
+    def nan_max(a, b):
+        """max(a, b), NaN if either is NaN (device only)."""
+        return larger(a, b)
+
+    @overload(nan_max, target="cuda")
+    def _nan_max(a, b):
+        if a == types.float32 and b == types.float32:
+            return lambda a, b: _max_nan_f32(a, b)
+        return lambda a, b: larger_device(a, b)

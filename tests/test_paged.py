@@ -1,0 +1,143 @@
+"""Paged KV-cache decoding and appending, kernel level, against the NumPy twins
+(:func:`numba_softmax.reference.paged_attention`, ``append_kv``): shuffled block tables
+with shared prefixes, odd lengths and block sizes, an empty sequence, windows, causal
+speculative rows, GQA groups and MQA, splits; and the host validator's errors."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from numba_softmax import reference as R
+from numba_softmax.kernels import append as KAp
+from numba_softmax.kernels import paged as KP
+
+from _attention_data import BF16, F16, F32, check, fresh, paged_cache, poisoned, random, values
+from _helpers import SIMULATOR, sized
+
+SMALL = dict(small=SIMULATOR)
+
+
+def run_paged(q, k_cache, v_cache, table, lengths, **kw):
+    b, h, sq, _ = q.shape
+    o, lse = poisoned((b, h, sq, v_cache.shape[-1]), q.dtype), poisoned((b, h, sq), F32)
+    KP.check_tables(table, lengths, k_cache.shape[0], k_cache.shape[1], batch=b)
+    KP.launch(*(cuda.to_device(x) for x in (q, k_cache, v_cache, table, lengths)), o, lse,
+              **SMALL, **kw)
+    return o.copy_to_host(), lse.copy_to_host()
+
+
+def reference(q, k_cache, v_cache, table, lengths, **kw):
+    return R.paged_attention(values(q), values(k_cache), values(v_cache), table, lengths,
+                             return_lse=True, **kw)
+
+
+# (Hq, Hkv, Sq, block size, lengths, causal, window, splits, dtype, shared prefix blocks)
+CASES = [
+    (4, 2, 1, 4, [5, 0, 13], False, (-1, -1), None, F32, 1),   # an empty sequence
+    (4, 1, 3, 5, [11, 7], True, (-1, -1), 2, F16, 1),         # MQA, speculative rows, block size 5
+    (2, 2, 2, 8, [19], True, (6, -1), 3, BF16, 0),            # a sliding window
+    (8, 2, 1, 4, [9, 16], False, (3, 2), None, F32, 2),       # a window on both sides
+]
+
+
+@pytest.mark.parametrize("hq, hkv, sq, bs, lengths, causal, window, splits, dtype, prefix", CASES)
+def test_paged_matches_reference(hq, hkv, sq, bs, lengths, causal, window, splits, dtype, prefix):
+    rng, seed = fresh()
+    if not SIMULATOR:  # long contexts and big pages on a GPU
+        bs, lengths = bs * 16 + 1 if bs == 5 else bs * 16, [n * 97 + 1 for n in lengths]
+    d, dv = sized((16, 8), (128, 128))
+    k_cache, v_cache, table, lengths = paged_cache(rng, lengths, bs, hkv, d, dv, dtype, prefix)
+    q = random(rng, (len(lengths), hq, sq, d), dtype, spread=1.5)
+    o, lse = run_paged(q, k_cache, v_cache, table, lengths, causal=causal, window=window,
+                       num_splits=splits)
+    check(o, lse, *reference(q, k_cache, v_cache, table, lengths, causal=causal, window=window),
+          dtype, f"seed {seed}")
+
+
+def test_toy_decoder_loop():
+    """Fill a paged cache token by token (two tokens, then one) with the append kernel,
+    decode after every step, and check both against the dense reference."""
+    rng, seed = fresh()
+    hq, hkv, d, bs = 4, 2, 16, 4
+    # each sequence has a block of room; new tokens never land in the shared first block
+    k_cache, v_cache, table, lengths = paged_cache(rng, sized([6, 5], [300, 17]), bs, hkv, d, d,
+                                                   F32, shared_prefix=1)
+    dk, dv = cuda.to_device(k_cache), cuda.to_device(v_cache)
+    for step, new in enumerate((2, 1)):
+        k_new, v_new = (random(rng, (len(lengths), new, hkv, d), F32) for _ in range(2))
+        KP.check_tables(table, lengths, k_cache.shape[0], bs, new_tokens=new)
+        KAp.launch(*(cuda.to_device(x) for x in (k_new, v_new)), dk, dv,
+                   *(cuda.to_device(x) for x in (table, lengths)), **SMALL)
+        k_cache, v_cache = R.append_kv(k_cache, v_cache, table, lengths, k_new, v_new)
+        assert np.array_equal(dk.copy_to_host(), k_cache) and np.array_equal(dv.copy_to_host(), v_cache)
+        lengths = lengths + new
+        q = random(rng, (len(lengths), hq, new, d), F32)
+        o, lse = poisoned(q.shape, F32), poisoned(q.shape[:3], F32)
+        KP.launch(cuda.to_device(q), dk, dv,
+                  *(cuda.to_device(x) for x in (table, lengths)), o, lse, causal=True, **SMALL)
+        for b, n in enumerate(lengths):  # the dense reference on this sequence's positions
+            kb, vb = (np.swapaxes(R.gather_kv(c, table, b, n), 0, 1) for c in (k_cache, v_cache))
+            ref = R.attention(q[b], kb, vb, causal=True, return_lse=True)
+            check(o.copy_to_host()[b], lse.copy_to_host()[b], *ref, F32, f"seed {seed}, step {step}")
+
+
+def test_reference_paged_is_dense_attention_on_gathered_blocks():
+    rng, _ = fresh()
+    k_cache, v_cache, table, lengths = paged_cache(rng, [7, 12], 3, 2, 8, 8, F32, shared_prefix=2)
+    q = random(rng, (2, 4, 2, 8), F32)
+    o = R.paged_attention(q, k_cache, v_cache, table, lengths, causal=True)
+    for b in range(2):
+        pos = np.arange(lengths[b])
+        kb = k_cache[table[b, pos // 3], pos % 3]  # (L, Hkv, D), position by position
+        vb = v_cache[table[b, pos // 3], pos % 3]
+        want = R.attention(q[b], np.swapaxes(kb, 0, 1), np.swapaxes(vb, 0, 1), causal=True)
+        np.testing.assert_allclose(o[b], want, rtol=1e-12, atol=1e-12)
+    assert np.array_equal(table[0, :2], table[1, :2])  # the shared prefix
+
+
+def test_validator_refuses_bad_tables():
+    table = np.array([[3, 1, -1], [0, 2, 4]], np.int32)
+    lengths = np.array([7, 9], np.int32)
+    KP.check_tables(table, lengths, 5, 4)  # entries past a sequence's blocks are not read
+    bad = [
+        (table, np.array([-1, 9], np.int32), "cache_seqlens\\[0\\] = -1 is negative"),
+        (table, np.array([7, 13], np.int32), "sequence 1 needs 13 positions"),
+        (np.array([[3, 5, -1], [0, 2, 4]], np.int32), lengths, "block_table\\[0, 1\\] = 5"),
+        (np.array([[3, -2, 0], [0, 2, 4]], np.int32), lengths, "block_table\\[0, 1\\] = -2"),
+        (table[:1], lengths, "cache_seqlens must be \\(1,\\)"),
+        (table[0], lengths[:1], "block_table must be"),
+    ]
+    for t, n, match in bad:
+        with pytest.raises(ValueError, match=match):
+            KP.check_tables(t, n, 5, 4)
+    with pytest.raises(ValueError, match="block_table\\[0, 2\\] = -1"):  # room for one more token
+        KP.check_tables(table, lengths, 5, 4, new_tokens=2)
+    with pytest.raises(ValueError, match="sequence 1 needs 13 positions"):
+        KP.check_tables(table, np.array([3, 9], np.int32), 5, 4, new_tokens=4)
+    with pytest.raises(ValueError, match="batch of 3"):
+        KP.check_tables(table, lengths, 5, 4, batch=3)
+    with pytest.raises(TypeError, match="block_table must be int32"):
+        KP.check_tables(table.astype(np.int64), lengths, 5, 4)
+    table_d, lengths_d = cuda.to_device(table), cuda.to_device(lengths)  # device tables: copied
+    t, n = KP.check_tables(table_d, lengths_d, 5, 4)
+    assert np.array_equal(t, table) and np.array_equal(n, lengths)
+
+
+def test_shape_errors():
+    q = np.zeros((2, 4, 1, 8), np.float32)
+    kc = np.zeros((5, 4, 2, 8), np.float32)
+    table, lengths = np.zeros((2, 3), np.int32), np.zeros(2, np.int32)
+    with pytest.raises(ValueError, match="multiple"):
+        KP.check_shapes(q[:, :3], kc, kc, table, lengths)
+    with pytest.raises(ValueError, match="head dimension"):
+        KP.check_shapes(q[..., :4], kc, kc, table, lengths)
+    with pytest.raises(ValueError, match="batch 2"):
+        KP.check_shapes(q, kc, kc, table[:1], lengths)
+    with pytest.raises(ValueError, match="Sq = 0"):
+        KP.check_shapes(q[:, :, :0], kc, kc, table, lengths)
+    with pytest.raises(TypeError, match="one dtype"):
+        KAp.launch(np.zeros((2, 1, 2, 8), np.float16), np.zeros((2, 1, 2, 8), np.float32), kc, kc,
+                   table, lengths)
+    with pytest.raises(ValueError, match="do not fit"):
+        KAp.launch(np.zeros((2, 1, 3, 8), np.float32), np.zeros((2, 1, 3, 8), np.float32), kc, kc,
+                   table, lengths)
