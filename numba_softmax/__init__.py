@@ -22,6 +22,7 @@ if "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS" not in _os.environ:
 from . import combine as _combine  # noqa: E402
 from . import errors as _errors  # noqa: E402
 from .attention import attention, merge_attention  # noqa: E402
+from .inference import append_kv, attention_varlen, paged_attention  # noqa: E402
 from .backward import attention_backward, log_softmax_backward, softmax_backward  # noqa: E402
 from .ring import ring_attention  # noqa: E402  (imports torch only when called)
 from .softmax import log_softmax, logsumexp, softmax  # noqa: E402
@@ -52,7 +53,11 @@ log_softmax_backward = _errors.public(log_softmax_backward)
 attention_backward = _errors.public(attention_backward)
 softmax_topk = _errors.public(softmax_topk)
 sample = _errors.public(sample)
+attention_varlen = _errors.public(attention_varlen)
+paged_attention = _errors.public(paged_attention)
+append_kv = _errors.public(append_kv)
 
 __version__ = "0.1.0"
 __all__ = ["combine", "softmax", "log_softmax", "logsumexp", "attention", "merge_attention",
-           "softmax_backward", "log_softmax_backward", "attention_backward", "ring_attention", "softmax_topk", "sample"]
+           "softmax_backward", "log_softmax_backward", "attention_backward", "ring_attention", "softmax_topk", "sample",
+           "attention_varlen", "paged_attention", "append_kv"]

@@ -17,6 +17,7 @@ from .arrays.rows import check_alias, check_dtype
 from .kernels import attention as _forward
 from .kernels import attention_tc as _tensor_cores
 from .kernels import decode as _decode
+from .kernels import merge as _merge
 
 __all__ = ["attention", "merge_attention"]
 
@@ -200,13 +201,12 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
             o_buf, o4 = heads.output(kind, o_shape, dq.dtype, q, 2, stream)
         lse_buf, lse4 = heads.output(kind, lse_shape, F32, q, 1, stream)
         small = plans.simulator_enabled()
-        extra = {} if window == (-1, -1) else {"window": window}  # interim: kernels gain it
         if splits == 1:
-            kernel.launch(q4, k4, v4, o4, lse4, causal=causal, scale=scale,
-                          stream=stream, small=small, **extra)
-        else:
-            _decode.launch(q4, k4, v4, o4, lse4, num_splits=splits or 1, causal=causal,
-                           scale=scale, stream=stream, small=small, **extra)
+            kernel.launch(q4, k4, v4, o4, lse4, causal=causal, window=window, scale=scale,
+                          stream=stream, small=small)
+        else:  # split-KV: num_splits ranges of keys, or (None) as many as pay
+            _decode.launch(q4, k4, v4, o4, lse4, num_splits=splits, causal=causal,
+                           window=window, scale=scale, stream=stream, small=small)
         if target is not None and o_buf is not None:
             _fill(target, kinds.to_user(kind, o_buf, stream, dq.dtype), stream)
         if o_buf is None or target is not None:
@@ -293,6 +293,6 @@ def merge_attention(o_a, lse_a, o_b, lse_b, *, stream=None):
         la3, lb3 = (heads.view(ds[n], 1, stream) for n in ("lse_a", "lse_b"))
         o_buf, o4 = heads.output(kind, sa, da.dtype, o_a, 2, stream)
         lse_buf, lse3 = heads.output(kind, sa[:-1], F32, o_a, 1, stream)
-        _decode.merge_pair_launch(oa4, la3, ob4, lb3, o4, lse3, stream=stream,
+        _merge.merge_pair_launch(oa4, la3, ob4, lb3, o4, lse3, stream=stream,
                                   small=plans.simulator_enabled())
         return rec.done(_OAndLse(kind, True, da.dtype), o_buf, lse_buf)

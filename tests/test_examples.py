@@ -169,3 +169,10 @@ def test_examples_reject_unknown_options(bad):
     proc = subprocess.run([sys.executable, str(EXAMPLES / "04_chunk_merge.py"), "--sim", *bad],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "usage:" in proc.stderr
+
+
+def test_11_paged_decoder():
+    out = run_example("11_paged_decoder.py")
+    steps = table_rows(out, "Decode steps: paged attention")
+    assert len(steps) == 4 and all(max(floats(r)[-2:]) < 1e-5 for r in steps)
+    assert "equal the NumPy twin's: yes" in out

@@ -38,7 +38,7 @@ from numba import cuda
 
 from .._sim import simulator_enabled
 from ..combine import lse_device, weight_device
-from . import jit, launcher
+from . import counters, jit, launcher
 from .mma import (cp_async_commit, cp_async_wait_all, for_dtype,
                   ldmatrix_x4, ldmatrix_x4_trans, max_nan)
 from .staging import aligned, stager
@@ -269,13 +269,8 @@ def kernel(dtype, out_dtype, d, dv, warps, block_k, stages, vec, min_blocks=None
 
 
 def _no_seqlens():
-    """cu_seqlens when there are none (one element: the kernel reads none), per device."""
-    return _no_seqlens_on(0 if simulator_enabled() else cuda.get_current_device().id)
-
-
-@functools.cache
-def _no_seqlens_on(device_id):
-    return cuda.to_device(np.zeros(1, np.int32))
+    """cu_seqlens when there are none (one element: the kernel reads none)."""
+    return counters.placeholder(1, np.int32)
 
 
 def _sequences(q, cu_q, cu_k, max_seqlen_q):

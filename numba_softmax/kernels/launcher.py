@@ -171,7 +171,8 @@ def workspace(tag, n, dtype, stream=0, zeroed=False):
         handle = int(stream) if stream else 0  # a Numba stream's int() is its handle
     except TypeError:
         handle = id(stream)  # the simulator's streams have none
-    key = (tag, str(dtype), handle)
+    device = None if simulator_enabled() else cuda.get_current_device().id
+    key = (tag, str(dtype), handle, device)
     buf = _WORKSPACES.get(key)
     if buf is None or buf.shape[0] < n:
         if zeroed:

@@ -1,0 +1,191 @@
+"""Attention as inference engines call it: packed variable-length batches, a paged KV cache.
+
+* :func:`attention_varlen` — flash-attn's ``flash_attn_varlen_func``: q (total_q, Hq, D),
+  k/v (total_k, Hkv, ·) packed, sequence b owning the rows ``cu_seqlens[b]:cu_seqlens[b+1]``;
+* :func:`paged_attention` — flash-attn's ``flash_attn_with_kvcache`` layout: q (B, Hq, Sq, D)
+  over caches (num_blocks, block_size, Hkv, D) read through a block table;
+* :func:`append_kv` — writes new tokens into their cache blocks.
+
+Each call: validate (shapes, dtypes, and the tables on the host: a bad block id or length
+is a ``ValueError``, never a read out of bounds) → device views (:mod:`.arrays`) →
+kernel (:mod:`.kernels.attention` / :mod:`.kernels.attention_tc` for varlen,
+:mod:`.kernels.paged`, :mod:`.kernels.append`) → results in the caller's kind.
+"""
+
+import numpy as np
+
+from . import plans
+from .arrays import heads, kinds, layout
+from .arrays.rows import check_dtype
+from .attention import (DTYPES, F32, _check_flag, _check_scale, _check_splits, _check_window,
+                        _describe_all, _kernel_for)
+from .kernels import append as _append
+from .kernels import paged as _paged
+
+__all__ = ["attention_varlen", "paged_attention", "append_kv"]
+I32 = np.dtype(np.int32)
+
+
+def _ints(x, name, stream):
+    """An int32 index array (shapes checked by the caller) as a device view."""
+    d = kinds.describe(x)
+    check_dtype(d, name, (I32,))
+    if d.kind == "numpy":
+        return kinds.to_device(np.ascontiguousarray(x), stream)
+    if min(d.strides or (0,)) < 0 or layout.fold_rows(d.shape + (1,), d.strides + (1,), d.ndim) is None:
+        raise ValueError(f"{name} must be a plain (non-negative stride) array")
+    return kinds.view_of(d)
+
+
+def _packed(d, stream):
+    """A packed (total, H, D) array as the (1, H, total, D) view the kernels read."""
+    total, h, e = d.shape
+    if min(d.strides) < 0:  # a negative stride: one contiguous device copy first
+        buf, dev = kinds.empty(d.kind, d.shape, d.dtype, like=d.obj, stream=stream)
+        layout.device_copy(d, d.shape, d.strides, kinds.describe(buf), kinds.c_strides(d.shape), stream)
+        d = kinds.describe(buf)
+    if d.kind == "numpy":
+        dev = kinds.to_device(np.ascontiguousarray(d.obj), stream)
+        d = kinds.describe(dev)
+    st = d.strides
+    return kinds.view_of(d, (1, h, total, e), (0, st[1], st[0], st[2]))
+
+
+def _check_offsets(cu, total, name):
+    cu = np.asarray(cu, np.int64)
+    if cu.ndim != 1 or cu.size < 2 or cu[0] != 0 or (np.diff(cu) < 0).any() or cu[-1] > total:
+        raise ValueError(f"{name} must be non-decreasing offsets from 0 to at most {total} "
+                         f"(B + 1 values), got {cu.tolist()[:8]}{'…' if cu.size > 8 else ''}")
+    return cu
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None,
+                     *, causal=False, window=None, scale=None, return_lse=False, stream=None):
+    """Attention over a packed batch of sequences of different lengths.
+
+    q (total_q, Hq, D), k (total_k, Hkv, D), v (total_k, Hkv, Dv), one kind and dtype
+    (float16, bfloat16, float32); ``cu_seqlens_q``, ``cu_seqlens_k``: int32 offsets
+    (B + 1 values, from 0, non-decreasing) — sequence b's queries are the rows
+    cu_seqlens_q[b] … cu_seqlens_q[b+1] − 1 and it attends only to its own keys, with
+    ``causal`` and ``window`` aligned bottom-right inside the sequence (as
+    :func:`numba_softmax.attention`).  ``max_seqlen_q``/``max_seqlen_k``: the longest
+    sequences (checked; computed when None).  Returns O (total_q, Hq, Dv), and with
+    ``return_lse`` LSE (Hq, total_q) float32 (flash-attn's layout).
+    """
+    stream = kinds.as_stream(stream)
+    ds = _describe_all({"q": q, "k": k, "v": v}, DTYPES)
+    dq, dk, dv = ds["q"], ds["k"], ds["v"]
+    if dq.ndim != 3 or dk.ndim != 3 or dv.ndim != 3:
+        raise ValueError(f"q, k, v are packed (total, H, D), got q {dq.shape}, k {dk.shape}, v {dv.shape}")
+    if not dq.dtype == dk.dtype == dv.dtype:
+        raise TypeError(f"q, k and v must have one dtype, got {dq.dtype}, {dk.dtype} and {dv.dtype}")
+    (tq, hq, d), (tk, hkv, _), (_, _, d_v) = dq.shape, dk.shape, dv.shape
+    if dk.shape[:2] != dv.shape[:2] or dk.shape[2] != d or hkv < 1 or hq % hkv:
+        raise ValueError(f"q {dq.shape}, k {dk.shape}, v {dv.shape}: k and v need one (total_k, "
+                         f"Hkv), Hkv dividing q's heads, and q's head dimension")
+    causal, return_lse = _check_flag(causal, "causal"), _check_flag(return_lse, "return_lse")
+    window, scale = _check_window(window), _check_scale(scale, d)
+    cu_q = _check_offsets(kinds.to_numpy(cu_seqlens_q), tq, "cu_seqlens_q")
+    cu_k = _check_offsets(kinds.to_numpy(cu_seqlens_k), tk, "cu_seqlens_k")
+    if cu_q.size != cu_k.size:
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k need one batch, got {cu_q.size - 1} and {cu_k.size - 1}")
+    longest_q, longest_k = int(np.diff(cu_q).max()), int(np.diff(cu_k).max())
+    for given, longest, name in ((max_seqlen_q, longest_q, "max_seqlen_q"), (max_seqlen_k, longest_k, "max_seqlen_k")):
+        if given is not None and int(given) < longest:
+            raise ValueError(f"{name} = {given} but a sequence has {longest}")
+    kernel = _kernel_for(dq.dtype, scale)
+    kernel.check_head_dims(d, d_v)
+    kind = dq.kind
+    o_buf, o = kinds.empty(kind, (tq, hq, d_v), dq.dtype, like=q, stream=stream)
+    lse_buf, lse = kinds.empty(kind, (hq, tq), F32, like=q, stream=stream)
+    if tq and hq and d_v:
+        q4, k4, v4 = (_packed(x, stream) for x in (dq, dk, dv))
+        o4 = kinds.view_of(kinds.describe(o_buf), (1, hq, tq, d_v), (0, d_v, hq * d_v, 1))
+        lse3 = kinds.view_of(kinds.describe(lse_buf), (1, hq, tq), (0, tq, 1))
+        cq = _ints(cu_seqlens_q, "cu_seqlens_q", stream)
+        ck = _ints(cu_seqlens_k, "cu_seqlens_k", stream)
+        kernel.launch(q4, k4, v4, o4, lse3, causal=causal, window=window, scale=scale,
+                      cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=max(longest_q, 1),
+                      stream=stream, small=plans.simulator_enabled())
+    o = kinds.to_user(kind, o_buf, stream, dq.dtype)
+    return (o, kinds.to_user(kind, lse_buf, stream)) if return_lse else o
+
+
+def _cache_views(named, stream):
+    """Device views of 4-D arrays (caches, new tokens) with non-negative strides."""
+    out = []
+    for name, d in named:
+        if d.ndim != 4:
+            raise ValueError(f"{name} must be 4-D, got shape {d.shape}")
+        if d.kind == "numpy":
+            out.append(kinds.to_device(np.ascontiguousarray(d.obj), stream))
+        elif min(d.strides) < 0:
+            raise ValueError(f"{name} has a negative stride; pass a plain view")
+        else:
+            out.append(kinds.view_of(d))
+    return out
+
+
+def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=False,
+                    window=None, scale=None, return_lse=False, num_splits=None, stream=None):
+    """Attention of new tokens over a paged KV cache (decoding; Sq > 1 for speculative
+    decoding).
+
+    q (B, Hq, Sq, D); k_cache, v_cache (num_blocks, block_size, Hkv, D / Dv); block_table
+    (B, max_blocks_per_seq) int32; cache_seqlens (B,) int32 — sequence b's keys are its
+    positions 0 … cache_seqlens[b] − 1, kept in blocks block_table[b, 0], [b, 1], ….  The
+    Sq queries are the sequence's last Sq positions: ``causal`` and ``window`` follow the
+    bottom-right rule of :func:`numba_softmax.attention` with Sk = cache_seqlens[b].  Hq a
+    multiple of Hkv (GQA: each K/V head is read once for its group).  The keys are split
+    over ``num_splits`` ranges (default: chosen from B·Hkv and the device) merged with
+    the (m, ℓ, O) combiner.  Returns O (B, Hq, Sq, Dv) [and LSE (B, Hq, Sq) float32].
+    A block id outside the cache or a length beyond the table is a ``ValueError``.
+    """
+    stream = kinds.as_stream(stream)
+    ds = _describe_all({"q": q, "k_cache": k_cache, "v_cache": v_cache}, DTYPES)
+    if not ds["q"].dtype == ds["k_cache"].dtype == ds["v_cache"].dtype:
+        raise TypeError("q, k_cache and v_cache must have one dtype")
+    _paged.check_shapes(q, k_cache, v_cache, block_table, cache_seqlens)
+    causal, return_lse = _check_flag(causal, "causal"), _check_flag(return_lse, "return_lse")
+    window, splits = _check_window(window), _check_splits(num_splits)
+    n_blocks, block_size = ds["k_cache"].shape[:2]
+    _, lengths = _paged.check_tables(block_table, cache_seqlens, n_blocks, block_size,
+                                     batch=ds["q"].shape[0])
+    b, hq, sq, d = ds["q"].shape
+    d_v = ds["v_cache"].shape[3]
+    scale = _check_scale(scale, d)
+    kind, dtype = ds["q"].kind, ds["q"].dtype
+    o_buf, o4 = heads.output(kind, (b, hq, sq, d_v), dtype, q, 2, stream)
+    lse_buf, lse3 = heads.output(kind, (b, hq, sq), F32, q, 1, stream)
+    if b and hq and sq:
+        q4 = heads.view(ds["q"], 2, stream)
+        kc, vc = _cache_views([("k_cache", ds["k_cache"]), ("v_cache", ds["v_cache"])], stream)
+        table = _ints(block_table, "block_table", stream)
+        seqlens = _ints(cache_seqlens, "cache_seqlens", stream)
+        _paged.launch(q4, kc, vc, table, seqlens, o4, lse3, causal=causal, window=window,
+                      scale=scale, num_splits=splits, max_seqlen_k=int(lengths.max(initial=0)),
+                      stream=stream, small=plans.simulator_enabled())
+    o = kinds.to_user(kind, o_buf, stream, dtype)
+    return (o, kinds.to_user(kind, lse_buf, stream)) if return_lse else o
+
+
+def append_kv(k_new, v_new, k_cache, v_cache, block_table, cache_seqlens, *, stream=None):
+    """Write new tokens into a paged cache: k_new, v_new (B, Snew, Hkv, D / Dv) go to
+    positions cache_seqlens[b] … cache_seqlens[b] + Snew − 1 of each sequence, in the blocks
+    its table row names.  The caches are written in place (they are this function's
+    output) and returned; ``cache_seqlens`` is not changed — add Snew to it yourself.
+    CUDA arrays only for the caches (a NumPy cache would be a copy).  A table that lacks
+    the blocks for the new positions is a ``ValueError`` before anything is written."""
+    stream = kinds.as_stream(stream)
+    names = ("k_new", "v_new", "k_cache", "v_cache")
+    ds = _describe_all(dict(zip(names, (k_new, v_new, k_cache, v_cache))), DTYPES)
+    if ds["k_cache"].kind == "numpy":
+        raise TypeError("append_kv writes the caches in place: pass CUDA arrays, not NumPy")
+    dev = _cache_views([(n, ds[n]) for n in names], stream)
+    n_blocks, block_size = ds["k_cache"].shape[:2]
+    _paged.check_tables(block_table, cache_seqlens, n_blocks, block_size,
+                        batch=ds["k_new"].shape[0], new_tokens=ds["k_new"].shape[1])
+    table = _ints(block_table, "block_table", stream)
+    seqlens = _ints(cache_seqlens, "cache_seqlens", stream)
+    _append.launch(*dev, table, seqlens, stream=stream, small=plans.simulator_enabled())
+    return k_cache, v_cache
