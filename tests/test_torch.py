@@ -26,8 +26,8 @@ def test_no_module_but_torch_py_imports_torch_at_import_time():
     torch (or numba_softmax.torch) at its top level — only numba_softmax/torch.py does."""
     package = Path(nst.__file__).parent
     for path in package.rglob("*.py"):
-        if path == package / "torch.py":
-            continue
+        if path in (package / "torch.py", package / "bench" / "triton_peers.py"):
+            continue  # the PyTorch integration itself; the bench's Triton peers (imported lazily)
         for node in ast.parse(path.read_text(encoding="utf-8")).body:  # top-level statements
             names = [a.name for a in getattr(node, "names", [])]
             module = getattr(node, "module", None) or ""
