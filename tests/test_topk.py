@@ -6,6 +6,7 @@ every path: two warps per block, an idle warp past the last row, two warps' list
 several pieces of a row merged, ragged ends.  On a GPU the same tests run bigger.
 """
 
+import numba
 import numpy as np
 import pytest
 from numba import cuda
@@ -182,3 +183,29 @@ def test_public_no_rows():
 def test_public_errors_name_the_argument(kwargs, error, match):
     with pytest.raises(error, match=match):
         softmax_topk(np.zeros((2, 6), np.float32), **kwargs)
+
+
+def test_ballot_is_an_unsigned_word_with_lane_31():
+    """numba's ballot_sync is a signed int32: lane 31's vote made it negative, and the
+    top-k candidate loop (``mask &= mask - 1`` in int64) then found 32 phantom lanes —
+    duplicates in every list where lane 31 held a candidate (seen on an H100)."""
+    from numba_softmax.kernels import jit
+    from numba_softmax.kernels.warp import ballot
+
+    @jit.kernel
+    def votes(out):
+        lane = cuda.threadIdx.x
+        mask = ballot(lane == 31 or lane == 0)
+        everyone = ballot(lane >= 0)  # every lane votes (outside any branch)
+        n = 0
+        while mask != 0:  # the candidate loop's pattern
+            mask &= mask - 1
+            n += 1
+        if lane == 0:
+            out[0] = n
+            out[1] = numba.int64(everyone)
+
+    out = cuda.to_device(np.zeros(2, np.int64))
+    votes[1, 32](out)
+    got = out.copy_to_host()
+    assert got[0] == 2 and got[1] == 0xFFFFFFFF

@@ -75,7 +75,8 @@ def configure(x, y, mode, threads=None, vpt=None, rows_per_block=None, max_threa
     rows, n = x.shape
     width = vector.vector_width(x) if mode == LOGSUMEXP else vector.vector_width(x, y)
     cap = chunk.pow2_floor(max_threads or 1024)
-    team = threads or (32 if n <= 32 * MAX_VPT else max(64, chunk.pow2_ceil(-(-n // 16))))
+    most = max_vpt(1024, x.dtype)  # values per thread in the largest team (16 float32)
+    team = threads or (32 if n <= 32 * max_vpt(32, x.dtype) else max(64, chunk.pow2_ceil(-(-n // most))))
     team = min(team, cap)
     while True:
         fit = max(vpt or fit_vpt(n, team, x.dtype), width)

@@ -3,7 +3,8 @@
 :mod:`.reduce` folds (m, ℓ) with butterflies (``shfl_xor_sync``); a top-k list kept across
 the 32 lanes of a warp (:mod:`.topk_state`) needs two more primitives:
 
-    ballot(p)            the 32 lanes' predicates as the bits of one word (lane i → bit i)
+    ballot(p)            the 32 lanes' predicates as the bits of one unsigned word (lane
+                         i → bit i; numba's own ``ballot_sync`` is signed)
     shfl(v, src)         every lane receives lane ``src``'s v
     shfl2(a, b, src)     two values from the same lane (one exchange on the simulator)
 
@@ -13,6 +14,7 @@ warp's barrier (:mod:`numba_softmax._sim`), used only there; the kernels' source
 same.
 """
 
+import numba
 from numba import cuda
 
 from .._sim import simulator_enabled
@@ -56,7 +58,10 @@ else:
 
     @jit.device
     def ballot(p):
-        return cuda.ballot_sync(FULL_MASK, p)
+        # numba's ballot_sync returns a *signed* int32: lane 31's vote would make it
+        # negative, and widened to int64 (as ``mask &= mask - 1`` does) it would grow 32
+        # more set bits.  The word of bits is unsigned.
+        return numba.uint32(cuda.ballot_sync(FULL_MASK, p))
 
     @jit.device
     def shfl(v, src):
