@@ -142,7 +142,7 @@ class Plan:
         allocs = [kinds.allocate(r, stream) for r in self.recipes]
         core_stream = _core_stream(stream)
         for ln in self.launches:
-            args = list(ln.args)
+            args = list(ln.args) if ln.patches else ln.args
             for i, src, j, delta in ln.patches:
                 args[i] = (ptrs[j] if src == "in" else allocs[j][1]) + delta
             _core_launch(core_stream, ln.config, ln.kernel, *args)
@@ -150,8 +150,17 @@ class Plan:
         return self.result(*bufs, out=arrays[-1] if len(arrays) > 1 else None, stream=stream)
 
 
+_STREAMS = {}
+
+
 def _core_stream(stream):
-    return Stream.from_handle(int(stream) if stream else 0)
+    """The cuda.core stream of a Numba stream (or 0), made once per handle: building one
+    per call costs microseconds on a path that has few to spend."""
+    handle = int(stream) if stream else 0
+    core = _STREAMS.get(handle)
+    if core is None:
+        core = _STREAMS[handle] = Stream.from_handle(handle)
+    return core
 
 
 def _config(grid, block, shared, cooperative):

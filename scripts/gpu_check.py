@@ -98,7 +98,7 @@ def run(name, cmd, log_dir, limit, env=None):
 
 
 _COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)")
-_EXAMPLES = re.compile(r"(\d+) passing examples?, (\d+) failing examples?")
+_EXAMPLES = re.compile(r"(\d+) passing(?: examples?)?, (\d+) failing(?: examples?)?")
 _SANITIZER = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error")
 _EXAMPLE_RUN = re.compile(r"^== example (\S+) exit (\d+)$", re.M)
 
@@ -124,7 +124,7 @@ def parse(text):
 
 
 def example_job(names):
-    script = "; ".join(f'echo "== example {n}"; python examples/{n}; echo "== example {n} exit $?"'
+    script = "; ".join(f'echo "== example {n}"; {PY} examples/{n}; echo "== example {n} exit $?"'
                        for n in names)
     return ["bash", "-c", script]
 
@@ -133,7 +133,8 @@ def jobs(args, log_dir):
     """Phase 1 jobs: (name, command, limit, env)."""
     suite = [p for p in sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py"))
              if p not in OWN_JOBS]
-    out = [("suite", PYTEST + ["-n", "6", "--hypothesis-profile=gpu"] + suite, args.limit, None),
+    out = [("suite", PYTEST + ["-n", "6", "--hypothesis-profile=gpu"] + suite, args.limit,
+            {"NUMBA_SOFTMAX_GPU_EXAMPLES": str(args.suite_examples)}),
            ("reliability", PYTEST + ["tests/test_reliability.py"], args.limit, None)]
     for shard in range(args.fuzz_shards):
         out.append((f"fuzz-{shard}", PYTEST + [
@@ -181,8 +182,11 @@ def main(argv=None):
     p.add_argument("--git-hash", default=os.environ.get("GIT_HASH"), help="the tree's commit")
     p.add_argument("--only", help="comma-separated job name prefixes (default: all)")
     p.add_argument("--fuzz-shards", type=int, default=4)
-    p.add_argument("--fuzz-examples", type=int, default=150, help="per fuzz test per shard")
-    p.add_argument("--limit", type=int, default=330, help="seconds per phase-1 job")
+    p.add_argument("--fuzz-examples", type=int, default=300, help="per fuzz test per shard")
+    p.add_argument("--suite-examples", type=int, default=40,
+                   help="Hypothesis examples per test in the suite job (the fuzz draws the many)")
+    p.add_argument("--timed-limit", type=int, default=75, help="seconds per timed example")
+    p.add_argument("--limit", type=int, default=300, help="seconds per phase-1 job")
     p.add_argument("--workers", type=int, default=12)
     p.add_argument("--skip-sanitizers", action="store_true")
     p.add_argument("--skip-timed", action="store_true")
@@ -201,7 +205,7 @@ def main(argv=None):
         results = list(pool.map(lambda j: run(j[0], j[1], log_dir, j[2], j[3]), todo))
     if not args.skip_timed and (not args.only or "timed" in args.only):
         for name in TIMED_EXAMPLES:  # phase 2: alone
-            results.append(run(f"timed-{name[:2]}", example_job([name]), log_dir, 240))
+            results.append(run(f"timed-{name[:2]}", example_job([name]), log_dir, args.timed_limit))
     lines, ok, fuzz = summary(env, results)
     text = "\n".join(lines)
     print(text)

@@ -32,7 +32,9 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 
 _common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("sim", max_examples=8, **_common)
-settings.register_profile("gpu", max_examples=150, **_common)
+# the GPU check's suite job lowers it (NUMBA_SOFTMAX_GPU_EXAMPLES): its fuzz shards draw the many
+settings.register_profile("gpu", max_examples=int(os.environ.get("NUMBA_SOFTMAX_GPU_EXAMPLES", 150)),
+                          **_common)
 # the GPU check runs the fuzz tests in shards of NUMBA_SOFTMAX_FUZZ_EXAMPLES cases per test
 settings.register_profile("fuzz", max_examples=int(os.environ.get("NUMBA_SOFTMAX_FUZZ_EXAMPLES", 2000)),
                           **_common)
