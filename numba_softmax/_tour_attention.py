@@ -78,6 +78,12 @@ def _batch(echo, rng, sim):
     block_q, block_k = fit_tiles(d, d, small=sim)
     echo(f"      {flash_name:<25} max error {e_flash:.1e}  {flash_ms:>9} ms   "
          f"memory: O and LSE only ({flash.nbytes + 4 * bh * s} bytes)")
+    q16, k16, v16 = (cuda.to_device(x.astype(np.float16)) for x in (q, k, v))
+    tc = attention(q16, k16, v16, causal=True).copy_to_host().astype(np.float64)
+    tc_ms = "—" if sim else \
+        f"{seconds(lambda: attention(q16, k16, v16, causal=True), sim, repeat=5) * 1e3:9.2f}"
+    echo(f"      {'float16, tensor cores':<25} max error {float(np.abs(tc - ref).max()):.1e}  "
+         f"{tc_ms:>9} ms   the same fold on mma.sync (P rounded to float16 in registers)")
     echo(f"      {'materialised (NumPy)':<25} max error {e_mat:.1e}  {t_mat * 1e3:9.2f} ms   "
          f"score matrix: {score_bytes} bytes (and P as much again)")
     echo(f"      The score matrix grows as Sq·Sk: at Sq = Sk = 32768 it is "
