@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -86,11 +87,14 @@ def run(name, cmd, log_dir, limit, env=None):
     log = log_dir / f"{name}.log"
     t0 = time.time()
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    with open(log, "w") as f:
+    with open(log, "w") as f:  # a session of its own: a timeout ends its children too
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=full_env,
+                                start_new_session=True)
         try:
-            code = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
-                                  env=full_env, timeout=limit).returncode
+            code = proc.wait(timeout=limit)
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
             code = 124
     text = log.read_text(errors="replace")
     return {"name": name, "exit": code, "seconds": round(time.time() - t0, 1),
@@ -147,6 +151,7 @@ def jobs(args, log_dir):
     if not args.skip_sanitizers:
         for tool in TOOLS:
             out.append((f"sanitize-{tool}", [PY, "scripts/sanitize.py", "--tool", tool,
+                                             "--timeout", str(args.limit - 15),
                                              "--log-dir", str(log_dir / "sanitize")],
                         args.limit, None))
     return out
@@ -185,8 +190,8 @@ def main(argv=None):
     p.add_argument("--fuzz-examples", type=int, default=300, help="per fuzz test per shard")
     p.add_argument("--suite-examples", type=int, default=40,
                    help="Hypothesis examples per test in the suite job (the fuzz draws the many)")
-    p.add_argument("--timed-limit", type=int, default=75, help="seconds per timed example")
-    p.add_argument("--limit", type=int, default=300, help="seconds per phase-1 job")
+    p.add_argument("--timed-limit", type=int, default=55, help="seconds per timed example")
+    p.add_argument("--limit", type=int, default=270, help="seconds per phase-1 job")
     p.add_argument("--workers", type=int, default=12)
     p.add_argument("--skip-sanitizers", action="store_true")
     p.add_argument("--skip-timed", action="store_true")
