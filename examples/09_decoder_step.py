@@ -114,7 +114,7 @@ def timing(logits, k, T):
                      ("sample whole vocabulary", lambda: S.launch(x, tokens, top_k=None,
                                                                    temperature=T)),
                      ("torch topk(softmax(x / T))", lambda: torch.topk(torch.softmax(xt / T, -1), k))):
-        t = _common.time_it(fn, False, warmup=3, repeat=20, inner=10, queue_us=300)
+        t = _common.seconds(fn, False, warmup=3, repeat=20, inner=10)
         rows.append((name, t * 1e6, logits.nbytes / t / 1e9))
     _common.table("Kernel time of one decoder step", ["step", "time µs", "GB/s (one read)"], rows,
                   ["", ".1f", ".0f"])

@@ -108,7 +108,7 @@ def stamped(run, timer, P, cuda):
     """``run(timer)``; on a GPU queued behind a sleeping kernel, so that the device never
     waits for Python between two stamps (each step is a few Python calls)."""
     if cuda:
-        _common._spin(300 * P * P)
+        _common.hold(300 * P * P)
     return run(timer)
 
 

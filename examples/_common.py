@@ -107,6 +107,14 @@ def seconds(fn, sim, warmup=3, repeat=20, inner=1):
     return timed(fn, sim, warmup=warmup, repeat=repeat, inner=inner)
 
 
+def hold(n_us):
+    """Keep the default stream busy for about ``n_us`` µs (a sleeping kernel) while Python
+    queues the work that follows (:func:`numba_softmax.bench.timing.hold`)."""
+    from numba_softmax.bench.timing import hold as queue_sleep
+
+    queue_sleep(n_us)
+
+
 def device_name(sim):
     if sim:
         return "CUDA simulator (timings are Python threads, not a GPU)"

@@ -90,7 +90,7 @@ def _check_qkv(q, k, v):
                          f"q {qs}, k {ks}, v {vs}")
     if ks[:-2] != vs[:-2]:
         raise ValueError(f"k {ks} and v {vs} must have the same leading dimensions")
-    if qs[:-3] != ks[:-3] or (len(qs) >= 3 and (ks[-3] == 0 or qs[-3] % ks[-3])):
+    if qs[:-3] != ks[:-3] or (len(qs) >= 3 and (qs[-3] % ks[-3] if ks[-3] else qs[-3])):
         raise ValueError(f"q {qs} and k {ks} must have the same leading dimensions, except that "
                          f"k/v may have fewer heads (axis -3) dividing q's (grouped-query attention)")
     if qs[-1] != ks[-1]:

@@ -103,7 +103,8 @@ def run(name, cmd, log_dir, limit, env=None):
 
 _COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)")
 _EXAMPLES = re.compile(r"(\d+) passing(?: examples?)?, (\d+) failing(?: examples?)?")
-_SANITIZER = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error")
+_SANITIZER = re.compile(r"^SANITIZER \w+: (\d+|\?) errors", re.M)  # scripts/sanitize.py's verdict
+_FAILED = re.compile(r"(?:FAILED|ERROR) (tests/\S+::[^\s]+)")
 _EXAMPLE_RUN = re.compile(r"^== example (\S+) exit (\d+)$", re.M)
 
 
@@ -119,7 +120,10 @@ def parse(text):
         out["hypothesis_examples"] = sum(int(a) + int(b) for a, b in found)
     san = _SANITIZER.findall(text)
     if san:
-        out["sanitizer_errors"] = sum(int(n) for n in san)
+        out["sanitizer_errors"] = sum(int(n) if n != "?" else 1 for n in san)
+    failed = sorted(set(_FAILED.findall(text)))  # -v progress lines and the -ra summary
+    if failed:
+        out["failed_tests"] = failed
     ex = _EXAMPLE_RUN.findall(text)
     if ex:
         out["examples_run"] = len(ex)
@@ -137,7 +141,7 @@ def jobs(args, log_dir):
     """Phase 1 jobs: (name, command, limit, env)."""
     suite = [p for p in sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py"))
              if p not in OWN_JOBS]
-    out = [("suite", PYTEST + ["-n", "6", "--hypothesis-profile=gpu"] + suite, args.limit,
+    out = [("suite", PYTEST + ["-n", "6", "-v", "--hypothesis-profile=gpu"] + suite, args.limit,
             {"NUMBA_SOFTMAX_GPU_EXAMPLES": str(args.suite_examples)}),
            ("reliability", PYTEST + ["tests/test_reliability.py"], args.limit, None)]
     for shard in range(args.fuzz_shards):
@@ -177,6 +181,11 @@ def summary(env, results):
                      f"{r.get('skipped', ''):>8}{ex:>10}{r.get('sanitizer_errors', ''):>10}"
                      f"{r['seconds']:>9}")
     lines += ["", f"fuzz cases generated: {fuzz}"]
+    for r in results:
+        for t in r.get("failed_tests", []):
+            lines.append(f"failed in {r['name']}: {t}")
+        for e in r.get("examples_failed", []) or []:
+            lines.append(f"failed in {r['name']}: examples/{e}")
     verdict = "GPU CHECK: PASS" if not failed else f"GPU CHECK: FAIL ({', '.join(failed)})"
     return lines + [verdict], not failed, fuzz
 
@@ -187,11 +196,11 @@ def main(argv=None):
     p.add_argument("--git-hash", default=os.environ.get("GIT_HASH"), help="the tree's commit")
     p.add_argument("--only", help="comma-separated job name prefixes (default: all)")
     p.add_argument("--fuzz-shards", type=int, default=4)
-    p.add_argument("--fuzz-examples", type=int, default=300, help="per fuzz test per shard")
+    p.add_argument("--fuzz-examples", type=int, default=200, help="per fuzz test per shard")
     p.add_argument("--suite-examples", type=int, default=40,
                    help="Hypothesis examples per test in the suite job (the fuzz draws the many)")
     p.add_argument("--timed-limit", type=int, default=55, help="seconds per timed example")
-    p.add_argument("--limit", type=int, default=270, help="seconds per phase-1 job")
+    p.add_argument("--limit", type=int, default=320, help="seconds per phase-1 job")
     p.add_argument("--workers", type=int, default=12)
     p.add_argument("--skip-sanitizers", action="store_true")
     p.add_argument("--skip-timed", action="store_true")

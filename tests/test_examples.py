@@ -176,3 +176,20 @@ def test_11_paged_decoder():
     steps = table_rows(out, "Decode steps: paged attention")
     assert len(steps) == 4 and all(max(floats(r)[-2:]) < 1e-5 for r in steps)
     assert "equal the NumPy twin's: yes" in out
+
+
+def test_examples_use_only_helpers_that_exist():
+    """The GPU-only branches of the examples (timing) do not run here: at least every
+    ``_common.name`` they call must exist (examples 09 and 10 once called removed ones)."""
+    import ast
+
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import _common
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    for path in sorted(EXAMPLES.glob("[0-9]*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id == "_common"):
+                assert hasattr(_common, node.attr), f"{path.name}: _common.{node.attr} does not exist"

@@ -96,3 +96,26 @@ def test_simplify_merges_and_drops_axes():
     assert simplify((2, 3, 4), (12, 4, 1), (12, 4, 1)) == ((24,), (1,), (1,))
     assert simplify((2, 1, 4), (4, 99, 1), (1, 5, 2)) == ((2, 4), (4, 1), (1, 2))
     assert simplify((3, 4), (4, 1), (1, 3)) == ((3, 4), (4, 1), (1, 3))
+
+
+@pytest.mark.parametrize("view", [
+    lambda a: a[::-1, ::-1],          # one element, negative strides: NumPy still calls it contiguous
+    lambda a: a[:, ::-1],
+    lambda a: a[::-1],
+])
+def test_to_device_hands_numba_packed_strides(monkeypatch, view):
+    """Numba sizes a device copy from the host strides: a size-1 axis with a negative
+    stride gave it an empty extent on the GPU ("incompatible shape (0, 1) vs (1, 1)")."""
+    from numba_softmax.arrays import kinds
+
+    seen = []
+
+    def fake_to_device(host, stream=0):
+        seen.append((host.shape, host.strides))
+        return host
+
+    monkeypatch.setattr(kinds.cuda, "to_device", fake_to_device)
+    x = view(np.arange(1, dtype=np.float16).reshape(1, 1))
+    kinds.to_device(x)
+    assert seen == [((1, 1), (2, 2))]
+    assert kinds.c_strides((3, 1, 4), 4) == (16, 16, 4)

@@ -518,8 +518,12 @@ code = int(args[args.index("--error-exitcode") + 1])
 i = next(i for i, a in enumerate(args) if a.endswith("sanitize.py")) - 1
 env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
 proc = subprocess.run(args[i:], env=env)
-errors = int(os.environ.get("FAKE_ERRORS", "0")) if tool == "memcheck" else 0
+probes = int(os.environ.get("FAKE_PROBES", "0")) if tool == "memcheck" else 0
+errors = int(os.environ.get("FAKE_ERRORS", "0")) + probes if tool == "memcheck" else 0
 print("========= COMPUTE-SANITIZER")
+for _ in range(probes):
+    print('========= Program hit CUDA_ERROR_INVALID_VALUE (error 1) due to "invalid argument" '
+          'on CUDA API call to cuGetProcAddress_v2.')
 if tool == "racecheck":
     print(f"========= RACECHECK SUMMARY: {{errors}} hazards displayed ({{errors}} errors, 0 warnings)")
 else:
@@ -528,14 +532,18 @@ sys.exit(code if errors else proc.returncode)
 """
 
 
-@pytest.mark.parametrize("fake_errors,tools", [(0, ["--all-tools"]), (2, ["--tool", "memcheck"])])
-def test_sanitize_wrapper_builds_its_table(tmp_path, fake_errors, tools):
+@pytest.mark.parametrize("fake_errors,probes,tools", [(0, 0, ["--all-tools"]),
+                                                      (2, 0, ["--tool", "memcheck"]),
+                                                      (0, 3, ["--tool", "memcheck"])])
+def test_sanitize_wrapper_builds_its_table(tmp_path, fake_errors, probes, tools):
     """The wrapper runs the workload once per tool under (here, a fake) compute-sanitizer
-    and reports each tool's error count and verdict; exit 1 when any tool found errors."""
+    and reports each tool's error count and verdict; exit 1 when any tool found errors —
+    the driver's answers to cuGetProcAddress probes are shown but not counted."""
     fake = tmp_path / "compute-sanitizer"
     fake.write_text(FAKE_SANITIZER.format(python=sys.executable))
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    env = dict(os.environ, FAKE_ERRORS=str(fake_errors), NUMBA_ENABLE_CUDASIM="1")
+    env = dict(os.environ, FAKE_ERRORS=str(fake_errors), FAKE_PROBES=str(probes),
+               NUMBA_ENABLE_CUDASIM="1")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "sanitize.py"), *tools, "--sanitizer", str(fake),
          "--only", "softmax:fused:float32:1x1", "--log-dir", str(tmp_path / "logs")],
@@ -543,14 +551,15 @@ def test_sanitize_wrapper_builds_its_table(tmp_path, fake_errors, tools):
     out = proc.stdout
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[1:-1]]
             for line in out.splitlines() if line.startswith("| ") and "tool" not in line}
-    assert set(rows) == ({"memcheck", "racecheck", "synccheck", "initcheck"} if fake_errors == 0
+    assert set(rows) == ({"memcheck", "racecheck", "synccheck", "initcheck"} if "--all-tools" in tools
                          else {"memcheck"}), out
     for tool, cols in rows.items():
-        errors = fake_errors if tool == "memcheck" else 0
+        errors = fake_errors + probes if tool == "memcheck" else 0
         assert cols[1] == str(errors), out
-        assert cols[2] == "0", out  # failed API calls among them
-        assert cols[4] == "1/1", out
-        assert cols[-1] == ("FAIL" if errors else "clean"), out
+        assert cols[2] == cols[3] == str(probes if tool == "memcheck" else 0), out  # API calls, probes
+        assert cols[5] == "1/1", out
+        assert cols[-1] == ("FAIL" if fake_errors else "clean"), out
+    assert f"SANITIZER memcheck: {fake_errors} errors ({probes} driver probes not counted)" in out
     assert proc.returncode == (1 if fake_errors else 0), out
     assert (tmp_path / "logs" / "memcheck.log").exists()
 

@@ -147,7 +147,7 @@ def test_float16_meets_the_flash_attn_rule(causal):
     grads = {}
     for name, dtype, fn in [("ref", torch.float32, "sdpa"), ("torch", torch.float16, "sdpa"),
                             ("ours", torch.float16, "ours")]:
-        leaves = [t.to(dtype).requires_grad_() for t in (q, k, v)]
+        leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]  # own leaves each
         if fn == "sdpa":
             o = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
         else:

@@ -215,14 +215,20 @@ class Timer:
     def _hold(self, hold_us):
         if not self.can_hold:
             return
-        from ..kernels import launcher
-
         try:
-            launcher.launch(_sleep_kernel(), 1, 1, self.stream, (hold_us, np.uint32(1000)))
+            hold(hold_us, self.stream)
         except Exception as e:  # noqa: BLE001 - time without the hold, and say so
             self.can_hold = False
             print(f"note: no sleep kernel ({type(e).__name__}: {e}); kernel times of fast "
                   "calls may include launch gaps", file=sys.stderr)
+
+
+def hold(n_us, stream=0):
+    """Queue a sleeping kernel of about ``n_us`` µs on ``stream``: work queued after it
+    while it sleeps starts back to back, so Python's time to queue it is not timed."""
+    from ..kernels import launcher
+
+    launcher.launch(_sleep_kernel(), 1, 1, stream, (int(n_us), np.uint32(1000)))
 
 
 def seconds(fn, sim, warmup=3, repeat=20, inner=1):
