@@ -29,14 +29,14 @@ def qkv(rng, b, hq, hkv, sq, sk, d, dv, dtype):
 def forward(q, k, v, **kw):
     b, h, sq, _ = q.shape
     o, lse = poisoned((b, h, sq, v.shape[-1]), q.dtype), poisoned((b, h, sq), F32)
-    KA.launch(*(cuda.to_device(x) for x in (q, k, v)), o, lse, **SMALL, **kw)
+    KA.launch(*(cuda.to_device(np.ascontiguousarray(x)) for x in (q, k, v)), o, lse, **SMALL, **kw)
     return o.copy_to_host(), lse.copy_to_host()
 
 
 def decode(q, k, v, **kw):
     b, h, sq, _ = q.shape
     o, lse = poisoned((b, h, sq, v.shape[-1]), q.dtype), poisoned((b, h, sq), F32)
-    KD.launch(*(cuda.to_device(x) for x in (q, k, v)), o, lse, **SMALL, **kw)
+    KD.launch(*(cuda.to_device(np.ascontiguousarray(x)) for x in (q, k, v)), o, lse, **SMALL, **kw)
     return o.copy_to_host(), lse.copy_to_host()
 
 
@@ -105,7 +105,7 @@ def test_forward_split_partials_merge_to_the_whole():
     chunk = sized(16, 256)
     z = -(-k.shape[2] // chunk)
     o_ws, lse_ws = poisoned((z, 4, q.shape[2], 16), F32), poisoned((z, 4, q.shape[2]), F32)
-    KA.launch(*(cuda.to_device(x) for x in (q, k, v)), o_ws, lse_ws, causal=True,
+    KA.launch(*(cuda.to_device(np.ascontiguousarray(x)) for x in (q, k, v)), o_ws, lse_ws, causal=True,
               window=(20, -1), kv_chunk=chunk, **SMALL)
     o, lse = poisoned((1, 4, q.shape[2], 16), F16), poisoned((1, 4, q.shape[2]), F32)
     KM.merge_splits_launch(o_ws, lse_ws, o, lse, **SMALL)

@@ -152,11 +152,33 @@ PLANS = sized(
         (5, 5000, KS.Plan("two_pass", 256)), (3, 40000, KS.Plan("split", 256, splits=7))]])
 
 
+def rounding_bound(name, y, dy):
+    """What float32 arithmetic may miss per element, from the size of the terms it
+    cancels (the result can be far smaller than they are): log_softmax dx = dy − p·S with
+    S = Σ dy, softmax dx = y·(dy − S) with S = Σ y·dy; a tree sum of n terms rounds by at
+    most (log2 n + 1)·eps·Σ|terms|.  (A 5000-value log_softmax row with p = 0.3 and S = 70
+    missed 7e-6 on the H100: right, and beyond a flat 2e-6.)"""
+    eps = float(np.finfo(np.float32).eps)
+    y, dy = y.astype(np.float64), dy.astype(np.float64)
+    depth = np.log2(y.shape[-1]) + 1
+    w, t = (np.exp(y), dy) if name == "log_softmax" else (y, y * dy)
+    S, S_abs = t.sum(-1, keepdims=True), np.abs(t).sum(-1, keepdims=True)
+    if name == "log_softmax":
+        return 4 * eps * (np.abs(dy) + w * np.abs(S)) + depth * eps * w * S_abs
+    return 4 * eps * w * (np.abs(dy) + np.abs(S)) + depth * eps * w * S_abs
+
+
 @pytest.mark.parametrize("name, rows, n, plan", PLANS)
 def test_every_form_matches_the_reference(name, rows, n, plan):
     rng, seed = fresh()
     y, dy, want = row_case(rng, name, rows, n, F32)
-    np.testing.assert_allclose(run_rows(name, y, dy, plan), want, err_msg=f"seed {seed}", **TOL[F32])
+    got = run_rows(name, y, dy, plan).astype(np.float64)
+    allowed = TOL[F32]["atol"] + TOL[F32]["rtol"] * np.abs(want) + rounding_bound(name, y, dy)
+    excess = np.abs(got - want) / allowed  # NaN (poison left) fails too
+    worst = np.unravel_index(np.nanargmax(np.where(np.isnan(excess), np.inf, excess)), excess.shape)
+    assert np.all(excess <= 1), (f"seed {seed}: {np.sum(~(excess <= 1))} elements beyond the "
+                                 f"bound; at {worst}: got {got[worst]!r}, want {want[worst]!r}, "
+                                 f"allowed ±{allowed[worst]:.3g}")
 
 
 @pytest.mark.parametrize("dtype, name, plan", [(F16, "softmax", None),

@@ -118,4 +118,3 @@ def test_to_device_hands_numba_packed_strides(monkeypatch, view):
     x = view(np.arange(1, dtype=np.float16).reshape(1, 1))
     kinds.to_device(x)
     assert seen == [((1, 1), (2, 2))]
-    assert kinds.c_strides((3, 1, 4), 4) == (16, 16, 4)

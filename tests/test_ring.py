@@ -166,7 +166,7 @@ def test_virtual_ring_float64(world, causal):
 
 @pytest.mark.parametrize("world, causal, total, lengths, dtype", [
     (3, True, sized(13, 200), None, F16),       # zigzag chunks 3, 2, 2, 2, 2, 2
-    (2, False, sized(7, 301), [5, 2], F32),     # odd, unequal shards
+    (2, False, sized(7, 301), sized([5, 2], [201, 100]), F32),  # odd, unequal shards
     *([] if SIMULATOR else [(4, True, 259, None, F32), (8, False, 301, [37] * 7 + [42], F16)]),
 ])
 def test_virtual_ring_device(world, causal, total, lengths, dtype):

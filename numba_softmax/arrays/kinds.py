@@ -241,22 +241,13 @@ def host_bits(host):
     return host.view(np.uint16) if host.dtype.name == BFLOAT16 else host
 
 
-def c_strides(shape, itemsize):
-    """The strides NumPy gives a fresh C-ordered array of this shape."""
-    strides, step = [], itemsize
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
-
-
 def to_device(host, stream=0):
     """A contiguous NumPy array copied to a new Numba device array (noted for plans).
 
     NumPy calls an array C-contiguous whatever stride its size-1 axes carry (one element
     reversed, ``x[::-1]``, has a negative one); Numba sizes the device copy from the
     strides and would see an empty extent, so such an array is repacked first."""
-    if host.strides != c_strides(host.shape, host.itemsize):
+    if host.strides != tuple(s * host.itemsize for s in c_strides(host.shape)):
         host = np.array(host, order="C", copy=True)
     return record.staged(cuda.to_device(host_bits(host), stream=stream), host)
 
