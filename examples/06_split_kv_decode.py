@@ -47,7 +47,7 @@ def auto_splits(heads, num_sms, sk):
 def main(argv=None):
     def options(parser):
         parser.add_argument("--sk", type=int, nargs="+", default=None,
-                            help="KV-cache lengths (default 64 128 / 1024 … 131072)")
+                            help="KV-cache lengths (default 64 128 / 1024 … 65536)")
         parser.add_argument("--heads", type=int, default=None, help="batch·heads (default 2 / 32)")
         parser.add_argument("--dim", type=int, default=None, help="head dimension (default 8 / 128)")
         parser.add_argument("--splits", type=int, default=None,
@@ -55,7 +55,7 @@ def main(argv=None):
         parser.add_argument("--repeat", type=int, default=None, help="timed samples (median)")
 
     args = _common.parse(__doc__, options, argv)
-    sks = args.sk or _common.pick(args, [64, 128], [1024, 4096, 16384, 65536, 131072])
+    sks = args.sk or _common.pick(args, [64, 128], [1024, 4096, 16384, 65536])
     heads = args.heads or _common.pick(args, 2, 32)
     dim = args.dim or _common.pick(args, 8, 128)
     num_sms = 4 if args.sim else cuda.get_current_device().MULTIPROCESSOR_COUNT

@@ -199,7 +199,7 @@ def main(argv=None):
     p.add_argument("--fuzz-examples", type=int, default=200, help="per fuzz test per shard")
     p.add_argument("--suite-examples", type=int, default=40,
                    help="Hypothesis examples per test in the suite job (the fuzz draws the many)")
-    p.add_argument("--timed-limit", type=int, default=55, help="seconds per timed example")
+    p.add_argument("--timed-limit", type=int, default=90, help="seconds per timed example")
     p.add_argument("--limit", type=int, default=320, help="seconds per phase-1 job")
     p.add_argument("--workers", type=int, default=12)
     p.add_argument("--skip-sanitizers", action="store_true")

@@ -65,6 +65,17 @@ def test_out_in_place_strided_and_overlapping():
         ns.softmax(x, out=_broadcast_out())
 
 
+def test_broadcast_numba_input():
+    """A stride-0 Numba view (numba's own array interface calls it contiguous) is read as
+    what it is: every row the same 6 values.  Twice: the second call may replay a plan."""
+    host = fresh(6, 4)
+    d = kinds.describe(cuda.to_device(host))
+    x = kinds.view_of(d, (4, 6), (0, 1))
+    for _ in range(2):
+        got = ns.softmax(x)
+        np.testing.assert_allclose(got.copy_to_host(), want(np.broadcast_to(host, (4, 6)), -1), **TOL)
+
+
 def _broadcast_out():
     d = kinds.describe(cuda.to_device(np.zeros(6, np.float32)))
     return kinds.view_of(d, (4, 6), (0, 1))  # every row the same memory

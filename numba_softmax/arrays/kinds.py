@@ -113,10 +113,20 @@ def describe(x, kind=None):
     desc = x.__cuda_array_interface__
     dtype = np.dtype(desc["typestr"])
     shape, item = tuple(desc["shape"]), dtype.itemsize
-    strides = desc.get("strides")
+    strides = _byte_strides(x, desc)
     strides = c_strides(shape) if strides is None else tuple(s // item for s in strides)
     return Described(x, kind, dtype, shape, strides, desc["data"][0], item,
                      cuda.get_current_device().id)
+
+
+def _byte_strides(x, desc):
+    """Byte strides of a CUDA-array-interface object (None: C-contiguous).  Numba's own
+    interface says None for any array it finds contiguous *ignoring broadcast axes*
+    (numba-cuda 0.30's ``is_contiguous``): a stride-0 view would pass for a packed array
+    and be read or written past its memory.  Numba arrays give their real strides."""
+    if type(x).__module__.startswith("numba"):
+        return tuple(x.strides)
+    return desc.get("strides")
 
 
 def c_strides(shape):
@@ -297,7 +307,7 @@ def layout_key(x):
     desc = getattr(x, "__cuda_array_interface__", None)
     if desc is None or isinstance(x, np.ndarray):
         return None
-    return ("numba", desc["typestr"], desc["shape"], desc.get("strides"), desc["data"][0] & 15)
+    return ("numba", desc["typestr"], desc["shape"], _byte_strides(x, desc), desc["data"][0] & 15)
 
 
 def pointer(x):
