@@ -2,7 +2,7 @@
 ``pip install -e ".[bench]"``).
 
 * the diagrams, into ``docs/figures/`` (``fig_streams.py``, ``fig_trees.py``,
-  ``fig_tiles.py``): the same SVG bytes on every run, so ``git diff`` shows only real
+  ``fig_tiles.py``, ``fig_chapters.py``): the same SVG bytes on every run, so ``git diff`` shows only real
   changes;
 * the measured plots, into ``docs/benchmarks/`` beside the CSVs they read
   (``measured.py``); run it again after committing a new benchmark CSV.
@@ -18,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent.parent))  # numba_softmax
 
+import fig_chapters  # noqa: E402
 import fig_streams  # noqa: E402
 import fig_tiles  # noqa: E402
 import fig_trees  # noqa: E402
@@ -32,7 +33,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     written = []
     if not args.measured:
-        for module in (fig_streams, fig_trees, fig_tiles):
+        for module in (fig_streams, fig_trees, fig_tiles, fig_chapters):
             written += module.make()
     if not args.diagrams:
         written += measured.make()
