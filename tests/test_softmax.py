@@ -205,9 +205,12 @@ def test_rows_sum_to_one_and_shift_invariance(x, c, method):
     if method == "fused" and not fused_fits(x.shape[1]):
         return
     p = ns.softmax(x, method=method)
+    np.testing.assert_allclose(p, R.softmax(x), **TOL[np.float32])  # the float64 twin, not itself
     np.testing.assert_allclose(p.astype(np.float64).sum(axis=-1), 1.0, rtol=1e-4)
-    shifted = ns.softmax((x.astype(np.float64) + c).astype(np.float32), method=method)
-    np.testing.assert_allclose(shifted, p, rtol=1e-3, atol=1e-5)  # x + c is rounded to fp32
+    x_c = (x.astype(np.float64) + c).astype(np.float32)  # x + c is rounded to fp32
+    shifted = ns.softmax(x_c, method=method)
+    np.testing.assert_allclose(shifted, R.softmax(x_c), **TOL[np.float32])
+    np.testing.assert_allclose(shifted, p, rtol=1e-3, atol=1e-5)
 
 
 @pytest.mark.skipif(SIMULATOR, reason="CuPy/PyTorch arrays need a GPU")
