@@ -6,8 +6,9 @@
   over caches (num_blocks, block_size, Hkv, D) read through a block table;
 * :func:`append_kv` — writes new tokens into their cache blocks.
 
-Each call: validate (shapes, dtypes, and the tables on the host: a bad block id or length
-is a ``ValueError``, never a read out of bounds) → device views (:mod:`.arrays`) →
+Each call: validate (shapes, dtypes, and the tables — on the host for NumPy ones, by a
+small kernel for device ones: a bad block id or length is a ``ValueError``, never a read
+out of bounds) → device views (:mod:`.arrays`) →
 kernel (:mod:`.kernels.attention` / :mod:`.kernels.attention_tc` for varlen,
 :mod:`.kernels.paged`, :mod:`.kernels.append`) → results in the caller's kind.
 """
@@ -126,8 +127,25 @@ def _cache_views(named, stream):
     return out
 
 
+def _tables(block_table, cache_seqlens, n_blocks, block_size, batch, stream, new_tokens=0,
+            check=True):
+    """Device views of the block table and lengths, checked (:func:`.kernels.paged.check_tables`:
+    NumPy tables on the host before they are copied, device ones by a kernel)."""
+    on_host = all(kinds.describe(x).kind == "numpy" for x in (block_table, cache_seqlens))
+    if on_host:
+        _paged.check_tables(np.asarray(block_table), np.asarray(cache_seqlens), n_blocks,
+                            block_size, batch=batch, new_tokens=new_tokens, entries=check)
+    table = _ints(block_table, "block_table", stream)
+    seqlens = _ints(cache_seqlens, "cache_seqlens", stream)
+    if not on_host:
+        _paged.check_tables(table, seqlens, n_blocks, block_size, batch=batch,
+                            new_tokens=new_tokens, stream=stream, entries=check)
+    return table, seqlens
+
+
 def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=False,
-                    window=None, scale=None, return_lse=False, num_splits=None, stream=None):
+                    window=None, scale=None, return_lse=False, num_splits=None, check=True,
+                    stream=None):
     """Attention of new tokens over a paged KV cache (decoding; Sq > 1 for speculative
     decoding).
 
@@ -139,7 +157,11 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=F
     multiple of Hkv (GQA: each K/V head is read once for its group).  The keys are split
     over ``num_splits`` ranges (default: chosen from B·Hkv and the device) merged with
     the (m, ℓ, O) combiner.  Returns O (B, Hq, Sq, Dv) [and LSE (B, Hq, Sq) float32].
-    A block id outside the cache or a length beyond the table is a ``ValueError``.
+    A block id outside the cache or a length beyond the table is a ``ValueError``
+    (checked by a small kernel for device tables: the call then waits for it).
+    ``check=False`` skips that check — for a serving loop whose tables are known good, so
+    that the call never waits on the device; the kernel still reads nothing outside the
+    cache or the table row, but a bad entry then gives a wrong result, not an error.
     """
     stream = kinds.as_stream(stream)
     ds = _describe_all({"q": q, "k_cache": k_cache, "v_cache": v_cache}, DTYPES)
@@ -148,23 +170,23 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=F
     _paged.check_shapes(q, k_cache, v_cache, block_table, cache_seqlens)
     causal, return_lse = _check_flag(causal, "causal"), _check_flag(return_lse, "return_lse")
     window, splits = _check_window(window), _check_splits(num_splits)
+    check = _check_flag(check, "check")
     n_blocks, block_size = ds["k_cache"].shape[:2]
-    _, lengths = _paged.check_tables(block_table, cache_seqlens, n_blocks, block_size,
-                                     batch=ds["q"].shape[0])
     b, hq, sq, d = ds["q"].shape
     d_v = ds["v_cache"].shape[3]
     scale = _check_scale(scale, d)
     kind, dtype = ds["q"].kind, ds["q"].dtype
+    if b and hq and sq:  # the tables, checked: the last of the validation
+        table, seqlens = _tables(block_table, cache_seqlens, n_blocks, block_size, b, stream,
+                                 check=check)
     o_buf, o4 = heads.output(kind, (b, hq, sq, d_v), dtype, q, 2, stream)
     lse_buf, lse3 = heads.output(kind, (b, hq, sq), F32, q, 1, stream)
     if b and hq and sq:
         q4 = heads.view(ds["q"], 2, stream)
         kc, vc = _cache_views([("k_cache", ds["k_cache"]), ("v_cache", ds["v_cache"])], stream)
-        table = _ints(block_table, "block_table", stream)
-        seqlens = _ints(cache_seqlens, "cache_seqlens", stream)
         _paged.launch(q4, kc, vc, table, seqlens, o4, lse3, causal=causal, window=window,
-                      scale=scale, num_splits=splits, max_seqlen_k=int(lengths.max(initial=0)),
-                      stream=stream, small=plans.simulator_enabled())
+                      scale=scale, num_splits=splits, stream=stream,
+                      small=plans.simulator_enabled())
     o = kinds.to_user(kind, o_buf, stream, dtype)
     return (o, kinds.to_user(kind, lse_buf, stream)) if return_lse else o
 
@@ -183,9 +205,7 @@ def append_kv(k_new, v_new, k_cache, v_cache, block_table, cache_seqlens, *, str
         raise TypeError("append_kv writes the caches in place: pass CUDA arrays, not NumPy")
     dev = _cache_views([(n, ds[n]) for n in names], stream)
     n_blocks, block_size = ds["k_cache"].shape[:2]
-    _paged.check_tables(block_table, cache_seqlens, n_blocks, block_size,
-                        batch=ds["k_new"].shape[0], new_tokens=ds["k_new"].shape[1])
-    table = _ints(block_table, "block_table", stream)
-    seqlens = _ints(cache_seqlens, "cache_seqlens", stream)
+    table, seqlens = _tables(block_table, cache_seqlens, n_blocks, block_size,
+                             ds["k_new"].shape[0], stream, new_tokens=ds["k_new"].shape[1])
     _append.launch(*dev, table, seqlens, stream=stream, small=plans.simulator_enabled())
     return k_cache, v_cache

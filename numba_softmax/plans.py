@@ -12,7 +12,8 @@ work.  So every public entry point asks this module first:
    inputs (they pay their copies anyway) and on the simulator.
 2. :func:`find` — a dictionary look-up.  A hit replays: allocate the outputs afresh, take
    the arrays' data pointers, patch them into the recorded argument lists, and launch each
-   recorded kernel through ``cuda.core.launch`` — no typing, no wrapping.
+   recorded kernel (:mod:`.kernels.replay`: one ctypes call into the driver) — no typing,
+   no wrapping.
 3. On a miss the call takes the ordinary path inside :class:`Recorder`, which notes every
    launch (:mod:`numba_softmax.kernels.launcher`) and allocation (:mod:`.arrays.record`)
    and, if every pointer the kernels saw is accounted for (an input, a new buffer, or a
@@ -33,19 +34,12 @@ import numpy as np
 
 from ._sim import simulator_enabled
 from .arrays import kinds, record
-from .kernels import launcher
+from .kernels import launcher, replay
 
 MAX_PLANS = 512
 _PLANS = {}
 _LOCK = threading.Lock()
 _state = {"enabled": True, "checked": False}
-
-try:  # what numba-cuda itself launches with (public cuda.core API)
-    from cuda.core import LaunchConfig, Stream
-    from cuda.core import launch as _core_launch
-    from numba.cuda._compat import CUDA_CORE_GE_1_0
-except ImportError:  # pragma: no cover - another numba-cuda or cuda.core: no plans
-    _core_launch = None
 
 _context = threading.local()
 
@@ -61,7 +55,7 @@ def _current_context():
 
 
 def enabled():
-    return _state["enabled"] and _core_launch is not None and not simulator_enabled()
+    return _state["enabled"] and replay.available() and not simulator_enabled()
 
 
 def disable(why):
@@ -119,55 +113,24 @@ def find(plan_key):
         return None
 
 
-class _Launch:
-    """One recorded launch: the cuda.core kernel, its config, the flat argument template
-    and the places to patch: (index, 'in' | 'alloc', which, byte offset)."""
-
-    __slots__ = ("kernel", "config", "args", "patches")
-
-    def __init__(self, kernel, config, args, patches):
-        self.kernel, self.config, self.args, self.patches = kernel, config, args, patches
-
-
 class Plan:
     """A replayable call: allocations, launches with patch points, the result builder."""
 
     def __init__(self, recipes, launches, result, result_at, keep):
+        self.makers = [kinds.allocator(r) for r in recipes]
         self.recipes, self.launches = recipes, launches
         self.result, self.result_at = result, result_at
         self.keep = keep  # workspaces the launches point to stay alive with the plan
 
     def __call__(self, arrays, stream):
         ptrs = [None if a is None else kinds.pointer(a) for a in arrays]
-        allocs = [kinds.allocate(r, stream) for r in self.recipes]
-        core_stream = _core_stream(stream)
-        for ln in self.launches:
-            args = list(ln.args) if ln.patches else ln.args
-            for i, src, j, delta in ln.patches:
-                args[i] = (ptrs[j] if src == "in" else allocs[j][1]) + delta
-            _core_launch(core_stream, ln.config, ln.kernel, *args)
+        allocs = [make(stream) for make in self.makers]
+        handle = int(stream) if stream else 0
+        for ln, sources in self.launches:
+            ln.fire(handle, [(ptrs[j] if src == "in" else allocs[j][1]) + delta
+                             for src, j, delta in sources])
         bufs = [allocs[i][0] for i in self.result_at]
         return self.result(*bufs, out=arrays[-1] if len(arrays) > 1 else None, stream=stream)
-
-
-_STREAMS = {}
-
-
-def _core_stream(stream):
-    """The cuda.core stream of a Numba stream (or 0), made once per handle: building one
-    per call costs microseconds on a path that has few to spend."""
-    handle = int(stream) if stream else 0
-    core = _STREAMS.get(handle)
-    if core is None:
-        core = _STREAMS[handle] = Stream.from_handle(handle)
-    return core
-
-
-def _config(grid, block, shared, cooperative):
-    grid = (grid,) if isinstance(grid, int) else tuple(grid)
-    block = (block,) if isinstance(block, int) else tuple(block)
-    option = "is_cooperative" if CUDA_CORE_GE_1_0 else "cooperative_launch"
-    return LaunchConfig(grid=grid, block=block, shmem_size=shared, **{option: cooperative})
 
 
 class Recorder:
@@ -235,10 +198,9 @@ class Recorder:
                     continue
                 ptr = flat[start + 4]
                 patches.append(_classify(ptr, start + 4, described, spans, alloc_spans, keep))
-            cufunc = compiled._codelibrary.get_cufunc()
-            config = _config(grid, block, shared, bool(compiled.cooperative))
-            launches.append(_Launch(cufunc.kernel, config, tuple(flat),
-                                    [p for p in patches if p is not None]))
+            patches = [p for p in patches if p is not None]
+            ln = replay.Launch(compiled, grid, block, shared, flat, [p[0] for p in patches])
+            launches.append((ln, [p[1:] for p in patches]))
         at = [next(i for i, (b, _, _) in enumerate(allocs) if b is buf) for buf in bufs]
         return Plan([r for _, _, r in allocs], launches, result_fn, at, keep)
 

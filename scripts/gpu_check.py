@@ -13,7 +13,9 @@ compute-sanitizer's memcheck, racecheck, synccheck and initcheck over
 ``scripts/sanitize.py``'s ragged workload.
 
 Phase 2 — what times kernels runs alone, after phase 1, one job at a time: the examples
-that print timings (their numbers would be polluted by anything sharing the GPU).
+that print timings (their numbers would be polluted by anything sharing the GPU), and
+example 10 under ``torchrun --nproc_per_node=1`` (the torch.distributed ring over NCCL,
+one rank: its code path for any P) when torchrun is installed.
 
 Every job has a time limit; a job that fails, times out or reports a sanitizer error is a
 failing check.  The record — ``gpu-check-<device>.json`` and a short ``.txt`` — holds
@@ -30,6 +32,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -131,10 +134,20 @@ def parse(text):
     return out
 
 
-def example_job(names):
-    script = "; ".join(f'echo "== example {n}"; {PY} examples/{n}; echo "== example {n} exit $?"'
+def example_job(names, launcher=None):
+    """A bash job running examples one after another; ``launcher``: what runs each
+    (default: this Python)."""
+    run_with = launcher or PY
+    script = "; ".join(f'echo "== example {n}"; {run_with} examples/{n}; echo "== example {n} exit $?"'
                        for n in names)
     return ["bash", "-c", script]
+
+
+def torchrun():
+    """The torchrun beside this Python (or on PATH), or None."""
+    here = Path(PY).with_name("torchrun")
+    found = str(here) if here.exists() else shutil.which("torchrun")
+    return f"{found} --standalone --nproc_per_node=1" if found else None
 
 
 def jobs(args, log_dir):
@@ -221,6 +234,9 @@ def main(argv=None):
     if not args.skip_timed and (not args.only or "timed" in args.only):
         for name in TIMED_EXAMPLES:  # phase 2: alone
             results.append(run(f"timed-{name[:2]}", example_job([name]), log_dir, args.timed_limit))
+        if torchrun():  # the ring through torch.distributed + NCCL, one rank
+            results.append(run("timed-10-torchrun", example_job(["10_ring_attention.py"], torchrun()),
+                               log_dir, args.timed_limit))
     lines, ok, fuzz = summary(env, results)
     text = "\n".join(lines)
     print(text)

@@ -127,9 +127,13 @@ def test_07_block_tree():
         assert f"Level {level} —" in out
     assert "all 32" in table_rows(out, "Level 5 —")[0]
     final = table_rows(out, "The row's state")
-    assert [r.split()[0] for r in final] == ["host", "device", "reference"]
+    assert [r.split()[:2] for r in final] == [["device", "tree"], ["device", "fused"],
+                                              ["reference", "(fp64)"]]
     assert all(floats(r)[0] < 1e-5 for r in final)  # |lse − lse_fp64|
     assert "The tree saw every value once (200 of 200)" in out
+    assert "Every level printed was written by the device" in out  # the traced twin ran
+    worst = re.search(r"matches it to (\S+) \(relative\)", out)
+    assert worst and float(worst.group(1)) <= 1e-5  # every traced level equals the host tree
 
 
 def test_10_ring_attention():

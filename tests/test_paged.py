@@ -118,9 +118,13 @@ def test_validator_refuses_bad_tables():
         KP.check_tables(table, lengths, 5, 4, batch=3)
     with pytest.raises(TypeError, match="block_table must be int32"):
         KP.check_tables(table.astype(np.int64), lengths, 5, 4)
-    table_d, lengths_d = cuda.to_device(table), cuda.to_device(lengths)  # device tables: copied
-    t, n = KP.check_tables(table_d, lengths_d, 5, 4)
-    assert np.array_equal(t, table) and np.array_equal(n, lengths)
+    for t, n, match in bad[:4]:  # device tables: the same findings from the check kernel
+        with pytest.raises(ValueError, match=match):
+            KP.check_tables(cuda.to_device(t), cuda.to_device(n), 5, 4)
+    KP.check_tables(cuda.to_device(table), cuda.to_device(lengths), 5, 4)
+    with pytest.raises(ValueError, match="block_table\\[0, 2\\] = -1"):
+        KP.check_tables(cuda.to_device(table), cuda.to_device(lengths), 5, 4, new_tokens=2)
+    KP.check_tables(table[:0], lengths[:0], 5, 4)  # no sequences: nothing to check
 
 
 def test_shape_errors():
@@ -141,3 +145,31 @@ def test_shape_errors():
     with pytest.raises(ValueError, match="do not fit"):
         KAp.launch(np.zeros((2, 1, 3, 8), np.float32), np.zeros((2, 1, 3, 8), np.float32), kc, kc,
                    table, lengths)
+
+
+def test_public_paged_attention_checks_device_tables_and_never_reads_outside():
+    """ns.paged_attention: NumPy and device tables give the reference; a bad device table
+    is a ValueError from the check kernel; with check=False the kernel still reads
+    nothing outside the pool or the table row (the simulator raises on such a read)."""
+    import numba_softmax as ns
+
+    rng, seed = fresh()
+    hq, hkv, d, bs = 4, 2, 8, 4
+    k_cache, v_cache, table, lengths = paged_cache(rng, [6, 9], bs, hkv, d, d, F32, shared_prefix=1)
+    q = random(rng, (2, hq, 1, d), F32)
+    want_o, want_lse = reference(q, k_cache, v_cache, table, lengths)
+    dev = [cuda.to_device(x) for x in (q, k_cache, v_cache)]
+    for t, n in ((table, lengths), (cuda.to_device(table), cuda.to_device(lengths))):
+        o, lse = ns.paged_attention(*dev, t, n, return_lse=True)
+        check(o.copy_to_host(), lse.copy_to_host(), want_o, want_lse, F32, f"seed {seed}")
+    bad = table.copy()
+    bad[1, 0] = k_cache.shape[0] + 7  # not a block of the pool
+    long = np.array([6, table.shape[1] * bs + 5], np.int32)  # beyond its table row
+    for t, n, match in ((bad, lengths, r"block_table\[1, 0\]"), (table, long, "sequence 1 needs")):
+        for tt, nn in ((t, n), (cuda.to_device(t), cuda.to_device(n))):
+            with pytest.raises(ValueError, match=match):
+                ns.paged_attention(*dev, tt, nn)
+        o = ns.paged_attention(*dev, cuda.to_device(t), cuda.to_device(n), check=False)
+        assert np.isfinite(o.copy_to_host()).all()  # a wrong answer, but read in bounds
+    with pytest.raises(TypeError, match="check"):
+        ns.paged_attention(*dev, table, lengths, check="yes")

@@ -197,12 +197,10 @@ def traps(monkeypatch):
 
         return f
 
-    from numba_softmax import plans
-    from numba_softmax.kernels import launcher
+    from numba_softmax.kernels import launcher, replay
 
     monkeypatch.setattr(launcher, "launch", trap("launcher.launch"))  # the one launcher
-    if getattr(plans, "_core_launch", None) is not None:  # and the plans' replay
-        monkeypatch.setattr(plans, "_core_launch", trap("plans._core_launch"))
+    monkeypatch.setattr(replay.Launch, "fire", trap("replay.Launch.fire"))  # and the plans' replay
     for name in ("to_device", "device_array"):  # no copy or buffer before the checks
         real_fn = getattr(cuda, name)
         monkeypatch.setattr(cuda, name, _counting(called, f"cuda.{name}", real_fn))

@@ -17,6 +17,9 @@ described as dtype ``"bfloat16"`` and viewed on the device as ``uint16`` bits �
 kernels' convention (:mod:`numba_softmax.kernels.jit`).
 """
 
+import ctypes
+import threading
+
 import numpy as np
 from numba import cuda
 
@@ -110,6 +113,11 @@ def describe(x, kind=None):
         return Described(x, kind, _np_dtype(host.dtype), tuple(host.shape),
                          tuple(s // item for s in host.strides),
                          host.__array_interface__["data"][0], item, None)
+    if _is_numba(x):  # its own attributes: the array interface costs ~10 µs to build
+        dtype = x.dtype
+        item = dtype.itemsize
+        return Described(x, kind, dtype, tuple(x.shape), tuple(s // item for s in x.strides),
+                         _numba_ptr(x), item, current_device_id())
     desc = x.__cuda_array_interface__
     dtype = np.dtype(desc["typestr"])
     shape, item = tuple(desc["shape"]), dtype.itemsize
@@ -117,6 +125,31 @@ def describe(x, kind=None):
     strides = c_strides(shape) if strides is None else tuple(s // item for s in strides)
     return Described(x, kind, dtype, shape, strides, desc["data"][0], item,
                      cuda.get_current_device().id)
+
+
+def _is_numba(x):
+    """A Numba device array (not the simulator's fake one: that is described as host)."""
+    return hasattr(x, "device_ctypes_pointer") and type(x).__module__.startswith("numba")
+
+
+def _numba_ptr(x):
+    return x.device_ctypes_pointer.value or 0
+
+
+_ctx = threading.local()
+
+
+def current_device_id():
+    """The device of this thread's current CUDA context (asked of the driver: Numba's
+    ``get_current_device`` costs ~14 µs on a path that has few to spend)."""
+    lib = getattr(_ctx, "lib", None)
+    if lib is None:
+        cuda.current_context()  # make sure a context exists (Numba's primary one)
+        lib = _ctx.lib = ctypes.CDLL("libcuda.so.1")
+        _ctx.dev = ctypes.c_int()
+    if lib.cuCtxGetDevice(ctypes.byref(_ctx.dev)):
+        return cuda.get_current_device().id
+    return _ctx.dev.value
 
 
 def _byte_strides(x, desc):
@@ -203,22 +236,35 @@ def empty(kind, shape, dtype, like=None, stream=0):
     return record.allocated(buf, dev, (kind, shape, dtype, like.device))
 
 
-def allocate(recipe, stream=0):
-    """(user array, data pointer) from a recipe noted by :func:`empty` (plan replay)."""
+def allocator(recipe):
+    """A function ``stream -> (user array, data pointer)`` that makes a buffer like the
+    one a recipe noted by :func:`empty` describes (plan replay; what can be looked up
+    once — library dtype, device — is looked up here)."""
     kind, shape, dtype, device = recipe
     if kind == "torch":
         import torch
 
-        buf = torch.empty(shape, dtype=_torch_dtype(torch, dtype), device=device)
-        return buf, buf.data_ptr()
-    if kind == "cupy":
+        empty_, t_dtype = torch.empty, _torch_dtype(torch, dtype)
+
+        def make(stream):
+            buf = empty_(shape, dtype=t_dtype, device=device)
+            return buf, buf.data_ptr()
+    elif kind == "cupy":
         import cupy
 
-        with cupy.cuda.Device(device.id):
-            buf = cupy.empty(shape, dtype=dtype)
-        return buf, buf.data.ptr
-    buf = cuda.device_array(shape, dtype=np.dtype(_typestr(dtype)), stream=stream)
-    return buf, buf.__cuda_array_interface__["data"][0]
+        dev_id = device.id
+
+        def make(stream):
+            with cupy.cuda.Device(dev_id):  # a fresh one: a Device's with-stack is its own
+                buf = cupy.empty(shape, dtype=dtype)
+            return buf, buf.data.ptr
+    else:
+        np_dtype = np.dtype(_typestr(dtype))
+
+        def make(stream):
+            buf = cuda.device_array(shape, dtype=np_dtype, stream=stream)
+            return buf, _numba_ptr(buf)
+    return make
 
 
 def full(kind, shape, value, dtype, like=None):
@@ -304,6 +350,8 @@ def layout_key(x):
         return ("torch", x.dtype, x.shape, x.stride(), x.device, x.data_ptr() & 15)
     if mod.startswith("cupy"):
         return ("cupy", x.dtype, x.shape, x.strides, x.device.id, x.data.ptr & 15)
+    if _is_numba(x):
+        return ("numba", x.dtype.str, x.shape, x.strides, _numba_ptr(x) & 15)
     desc = getattr(x, "__cuda_array_interface__", None)
     if desc is None or isinstance(x, np.ndarray):
         return None
@@ -317,6 +365,8 @@ def pointer(x):
         return x.data_ptr()
     if mod.startswith("cupy"):
         return x.data.ptr
+    if _is_numba(x):
+        return _numba_ptr(x)
     return x.__cuda_array_interface__["data"][0]
 
 

@@ -93,9 +93,11 @@ def _paged_row(b, row, kind, heads, d, ctx, page=16):
     kc = b.view(b.random((per_seq, page, heads, d), "float32", 10, -1.0, 2.0), kind)
     table = b.view(cuda.to_device(np.arange(per_seq, dtype=np.int32)[None]), kind)
     lens = b.view(cuda.to_device(np.full(1, ctx, dtype=np.int32)), kind)
+    shape = dict(B=1, H=heads, Hkv=heads, Sq=1, Sk=ctx, D=d, page=page)
     row("decode: ns.paged_attention(q, kc, vc, table, lens)", kind,
-        lambda: paged(q, kc, kc, table, lens), B=1, H=heads, Hkv=heads, Sq=1, Sk=ctx, D=d,
-        page=page)
+        lambda: paged(q, kc, kc, table, lens), **shape)
+    row("decode: ns.paged_attention(…, check=False)", kind,
+        lambda: paged(q, kc, kc, table, lens, check=False), **shape)
 
 
 def out_vs_alloc(b, ns):

@@ -8,7 +8,8 @@ Snew − 1 of sequence b, i.e. to block table[b, p // block_size], row p % block
 One thread per 16-byte chunk of a (b, s, head) row of K or V: it finds the row's block
 through the table and copies the chunk (one vector load, one vector store; raw bits,
 whatever the dtype).  Memory traffic: read and write B·Snew·Hkv·(D + Dv)·b bytes.
-The caller validates the table first (:func:`.paged.check_tables` with ``new_tokens``).
+The caller validates the table first (:func:`.paged.check_tables` with ``new_tokens``);
+the kernel skips a position outside the table row or a block id outside the pool anyway.
 NumPy twin: :func:`numba_softmax.reference.append_kv`.
 """
 
@@ -39,7 +40,11 @@ def kernel(dtype, d, dv, width):
             return
         h, s, b = row % n_kv, (row // n_kv) % n_s, row // (n_kv * n_s)
         p = seqlens[b] + s  # the new token's position in its sequence
+        if p < 0 or p >= table.shape[1] * k_cache.shape[1]:
+            return  # outside the table row (the caller's check refuses this first)
         blk, pos = table[b, p // k_cache.shape[1]], p % k_cache.shape[1]
+        if blk < 0 or blk >= k_cache.shape[0]:
+            return  # not a block of the pool: never write outside it
         buf = cuda.local.array(width, raw)
         if c < NK:
             load(k_new, b, s, h, c * width, buf, 0)

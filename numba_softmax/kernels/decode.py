@@ -103,7 +103,10 @@ def kernel(dtype, d, dv, rows, warps, paged, width):
         n_kv = k.shape[2] if paged else k.shape[1]
         hk, b = x % n_kv, x // n_kv
         group, sq = q.shape[1] // n_kv, q.shape[2]
-        sk = int64(seqlens[b]) if paged else int64(k.shape[2])
+        if paged:  # clamped to the table row: an unchecked length reads nothing outside it
+            sk = min(max(int64(seqlens[b]), 0), int64(table.shape[1]) * k.shape[1])
+        else:
+            sk = int64(k.shape[2])
         shift = sk - sq  # the Sq queries are the last Sq positions
         n_rows = group * sq
         pr0 = rc * RB  # the block's packed rows pr0 … pr0 + RB − 1: query i = pr // group
@@ -154,6 +157,7 @@ def kernel(dtype, d, dv, rows, warps, paged, width):
                             i0, i1 = table[b, key >> page_shift], key & ((1 << page_shift) - 1)
                         else:
                             i0, i1 = table[b, key // k.shape[1]], key % k.shape[1]
+                        i0 = min(max(i0, 0), k.shape[0] - 1)  # never outside the pool
                         i2 = hk
                     row_slots(k, i0, i1, i2, t, d, kb, u * EPL)
                     row_slots(v, i0, i1, i2, t, dv, vb, u * EPL)

@@ -30,19 +30,24 @@ from numba import cuda
 
 from . import chunk, jit, launcher, vector
 from .epilogue import LOGSUMEXP, row_constant
-from .reduce import team_combine
+from .reduce import team_combine_traced
 
 MAX_VPT = 32  # values per thread held in registers; beyond this they would spill
 
 
+TRACE_LEVELS = 11  # the tree's levels in a trace: own state, 5 warp steps, 5 block steps
+
+
 @functools.cache
-def kernel(dtype, vpt, mode, width, team):
+def kernel(dtype, vpt, mode, width, team, trace=False):
+    """The fused kernel (x, y); with ``trace`` its traced twin (x, y, tr): the same source,
+    also writing every level of the block's tree to tr (TRACE_LEVELS, threads, 2)."""
     acc = jit.accumulator(dtype)
     io = chunk.ops(dtype, vpt, width)
     store = jit.storer(dtype)
 
-    @jit.kernel
-    def fused(x, y):
+    @jit.device
+    def fused_rows(x, y, tr):
         # team: a compile-time constant here (unlike the streaming kernels): every vector
         # address is then a constant offset, which saves ~14 registers a thread — and
         # registers are where this kernel keeps the row.
@@ -53,7 +58,7 @@ def kernel(dtype, vpt, mode, width, team):
 
         io.load(x, row, 0, n, t, team, v, acc(-math.inf))  # 1. load: the row is one chunk
         m, l = io.state(v)  # 2. this thread's state: its max, then Σ exp(v − max)
-        m, l = team_combine(m, l, m_slots, l_slots, team)  # 3. the row's state
+        m, l = team_combine_traced(m, l, m_slots, l_slots, team, tr)  # 3. the row's state
         c = row_constant(m, l, acc(1.0), mode)
         if mode == LOGSUMEXP:
             if t == 0 and row < x.shape[0]:
@@ -61,6 +66,17 @@ def kernel(dtype, vpt, mode, width, team):
             return
         io.normalise(v, m, c, mode)  # 4. normalise in registers, then write W at a time
         io.store(y, row, 0, n, t, team, v)
+
+    if trace:
+        @jit.kernel
+        def fused_traced(x, y, tr):
+            fused_rows(x, y, tr)
+
+        return fused_traced
+
+    @jit.kernel
+    def fused(x, y):
+        fused_rows(x, y, None)  # None: the trace writes are compiled away
 
     return fused
 

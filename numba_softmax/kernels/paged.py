@@ -22,8 +22,10 @@ window follow the bottom-right rule with Sk = cache_seqlens[b]; Sq > 1 is specul
 decoding (several new tokens checked at once).  New tokens are written into their blocks
 by :mod:`.append` before the call.
 
-The kernel trusts the table: :func:`check_tables` (host side) is what makes a bad one a
-``ValueError`` rather than a read out of bounds.
+A bad table is a ``ValueError`` before the kernel runs (:func:`check_tables`, on the
+device for a device table: :mod:`.table_check`); and the kernel itself clamps what it
+reads to the pool and the table row, so even an unchecked table (``check=False``) cannot
+make it read out of bounds.
 
 Memory traffic: as dense decoding, 2·L_b·(D + Dv)/2·b bytes per (sequence, K/V head),
 plus one 4-byte table entry per key and lane group (cached).  NumPy twin:
@@ -32,58 +34,47 @@ plus one 4-byte table entry per key and lane group (cached).  NumPy twin:
 
 import numpy as np
 
-from . import decode
-
-
-def host_ints(x, name):
-    """An int32 array (NumPy, or any CUDA array: copied to the host) as a NumPy array."""
-    if hasattr(x, "copy_to_host"):
-        x = x.copy_to_host()
-    elif hasattr(x, "__cuda_array_interface__"):
-        from numba import cuda
-
-        x = cuda.as_cuda_array(x).copy_to_host()
-    x = np.asarray(x)
-    if x.dtype != np.int32:
-        raise TypeError(f"{name} must be int32, got {x.dtype}")
-    return x
+from . import decode, table_check
 
 
 def check_tables(block_table, cache_seqlens, num_blocks, block_size, *, batch=None,
-                 new_tokens=0):
-    """Refuse a block table the kernels would read out of bounds with; returns the host
-    copies (table, seqlens).
+                 new_tokens=0, stream=0, entries=True):
+    """Refuse a block table the kernels would read out of bounds with (a ``ValueError``
+    naming the entry; ``TypeError`` unless int32).
 
     Every sequence b needs 0 <= cache_seqlens[b] and cache_seqlens[b] + ``new_tokens``
     <= max_blocks_per_seq·block_size, and the table entries of the blocks those positions
     use must be block ids 0 … num_blocks − 1 (later entries are not read and may be
-    anything, e.g. −1).  ``new_tokens``: the tokens an append will add."""
-    table = host_ints(block_table, "block_table")
-    lengths = host_ints(cache_seqlens, "cache_seqlens")
-    if table.ndim != 2:
-        raise ValueError(f"block_table must be (batch, max_blocks_per_seq), got shape {table.shape}")
-    if lengths.shape != (table.shape[0],):
-        raise ValueError(f"cache_seqlens must be ({table.shape[0]},) like block_table's first "
-                         f"axis, got shape {lengths.shape}")
-    if batch is not None and table.shape[0] != batch:
-        raise ValueError(f"block_table has {table.shape[0]} rows for a batch of {batch}")
+    anything, e.g. −1).  ``new_tokens``: the tokens an append will add.  NumPy arrays
+    are checked on the host; Numba device arrays by a small kernel on ``stream``
+    (:mod:`.table_check`: no copy of the table).  ``entries=False``: dtypes and shapes
+    only (the kernels clamp what they read; a bad entry then gives a wrong result)."""
+    for x, name in ((block_table, "block_table"), (cache_seqlens, "cache_seqlens")):
+        if np.dtype(x.dtype) != np.int32:
+            raise TypeError(f"{name} must be int32, got {x.dtype}")
+    shape, lengths_shape = tuple(block_table.shape), tuple(cache_seqlens.shape)
+    if len(shape) != 2:
+        raise ValueError(f"block_table must be (batch, max_blocks_per_seq), got shape {shape}")
+    if lengths_shape != shape[:1]:
+        raise ValueError(f"cache_seqlens must be ({shape[0]},) like block_table's first "
+                         f"axis, got shape {lengths_shape}")
+    if batch is not None and shape[0] != batch:
+        raise ValueError(f"block_table has {shape[0]} rows for a batch of {batch}")
     if block_size < 1 or num_blocks < 1:
         raise ValueError(f"the cache needs blocks: num_blocks={num_blocks}, block_size={block_size}")
-    ends = lengths.astype(np.int64) + int(new_tokens)
-    capacity = table.shape[1] * block_size
-    for b in range(len(lengths)):
-        if lengths[b] < 0:
-            raise ValueError(f"cache_seqlens[{b}] = {lengths[b]} is negative")
-        if ends[b] > capacity:
-            raise ValueError(f"sequence {b} needs {ends[b]} positions; its table row holds "
-                             f"{table.shape[1]} blocks of {block_size} = {capacity}")
-        used = table[b, : -(-int(ends[b]) // block_size)]
-        bad = np.flatnonzero((used < 0) | (used >= num_blocks))
-        if bad.size:
-            j = int(bad[0])
-            raise ValueError(f"block_table[{b}, {j}] = {used[j]} is not a block of the cache "
-                             f"(0 … {num_blocks - 1})")
-    return table, lengths
+    if shape[0] == 0 or not entries:
+        return
+    b, length, f, blk = table_check.findings(block_table, cache_seqlens, num_blocks,
+                                             block_size, new_tokens, stream)
+    width, capacity = shape[1], shape[1] * block_size
+    if b < shape[0] and f // max(width, 1) >= b:  # a bad length comes before any bad entry
+        if length < 0:
+            raise ValueError(f"cache_seqlens[{b}] = {length} is negative")
+        raise ValueError(f"sequence {b} needs {length + new_tokens} positions; its table row "
+                         f"holds {width} blocks of {block_size} = {capacity}")
+    if f < shape[0] * width:
+        raise ValueError(f"block_table[{f // width}, {f % width}] = {blk} is not a block of "
+                         f"the cache (0 … {num_blocks - 1})")
 
 
 def check_shapes(q, k_cache, v_cache, block_table, cache_seqlens):

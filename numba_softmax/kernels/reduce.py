@@ -32,15 +32,27 @@ WARP = 32
 
 
 @jit.device
-def warp_combine(m, l):
-    """Butterfly over the 32 lanes: every lane returns the warp's (m, ℓ)."""
+def warp_combine_traced(m, l, trace, level):
+    """Butterfly over the 32 lanes: every lane returns the warp's (m, ℓ).  ``trace``:
+    None (compiled away), or a (levels, threads, 2) array that receives each thread's
+    state after each exchange, at rows ``level``, ``level`` + 1, … (example 07)."""
     offset = WARP // 2
     while offset > 0:
         m_other = cuda.shfl_xor_sync(FULL_MASK, m, offset)
         l_other = cuda.shfl_xor_sync(FULL_MASK, l, offset)
         m, l = combine_device(m, l, m_other, l_other)
+        if trace is not None:
+            trace[level, cuda.threadIdx.x, 0] = m
+            trace[level, cuda.threadIdx.x, 1] = l
+            level += 1
         offset //= 2
     return m, l
+
+
+@jit.device
+def warp_combine(m, l):
+    """Butterfly over the 32 lanes: every lane returns the warp's (m, ℓ)."""
+    return warp_combine_traced(m, l, None, 0)
 
 
 @jit.device
@@ -66,14 +78,14 @@ def block_combine(m, l, m_shared, l_shared):
 
 
 @jit.device
-def team_combine(m, l, m_slots, l_slots, team):
-    """Fold the (m, ℓ) of every team of ``team`` threads; every thread returns its team's.
-
-    ``m_slots``/``l_slots``: shared arrays of 64 slots in the accumulation type — one
-    per warp, and 32 holding the identity.  ``team`` is the same for the whole block, so
-    either every thread meets at the barriers or none does.
-    """
-    m, l = warp_combine(m, l)
+def team_combine_traced(m, l, m_slots, l_slots, team, trace):
+    """:func:`team_combine`, writing each level's states to ``trace`` unless it is None
+    (a traced twin of the same source: levels 0 = each thread's own state, 1–5 the warp
+    butterfly, 6–10 the butterfly over the posted warp states)."""
+    if trace is not None:
+        trace[0, cuda.threadIdx.x, 0] = m
+        trace[0, cuda.threadIdx.x, 1] = l
+    m, l = warp_combine_traced(m, l, trace, 1)
     if team <= WARP:
         return m, l  # a warp per row: the butterfly was the whole tree
     tid = cuda.threadIdx.x
@@ -87,6 +99,17 @@ def team_combine(m, l, m_slots, l_slots, team):
     cuda.syncthreads()  # every warp's state is posted before any team reads
     warps = team // WARP  # lane k < warps reads warp k of its team; the rest the identity
     k = warp - warp % warps + lane if lane < warps else WARP + lane
-    m, l = warp_combine(m_slots[k], l_slots[k])
+    m, l = warp_combine_traced(m_slots[k], l_slots[k], trace, 6)
     cuda.syncthreads()  # all reads are done before a later call writes the slots again
     return m, l
+
+
+@jit.device
+def team_combine(m, l, m_slots, l_slots, team):
+    """Fold the (m, ℓ) of every team of ``team`` threads; every thread returns its team's.
+
+    ``m_slots``/``l_slots``: shared arrays of 64 slots in the accumulation type — one
+    per warp, and 32 holding the identity.  ``team`` is the same for the whole block, so
+    either every thread meets at the barriers or none does.
+    """
+    return team_combine_traced(m, l, m_slots, l_slots, team, None)
