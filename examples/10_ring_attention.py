@@ -7,7 +7,7 @@ causal mask the shards are zigzag chunks (rank r: chunks r and 2P−1−r of 2P)
 rank does the same work at every step.  ``numba_softmax.ring`` holds the schedule, the
 in-process ring and the torch.distributed one.
 
-    torchrun --nproc_per_node=P examples/10_ring_attention.py   # P GPUs, NCCL (any P)
+    torchrun --nproc_per_node=P examples/10_ring_attention.py   # P GPUs, NCCL (any P ≥ 1)
     python examples/10_ring_attention.py --ranks 4              # one GPU, 4 virtual ranks
     python examples/10_ring_attention.py --sim                  # the CUDA simulator, tiny
 
@@ -299,7 +299,7 @@ def main(argv=None):
     args.dim = args.dim or _common.pick(args, 8, 128)
     args.dtype = args.dtype or _common.pick(args, ["float32"], ["float16"])
     args.ranks = args.ranks or 2
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # started by torchrun (any P ≥ 1)
         return distributed(args)
     return one_process(args)
 

@@ -18,8 +18,8 @@ import numpy as np
 from . import plans
 from .arrays import heads, kinds, layout
 from .arrays.rows import check_dtype
-from .attention import (DTYPES, F32, _check_flag, _check_scale, _check_splits, _check_window,
-                        _describe_all, _kernel_for)
+from .attention import (DTYPES, F32, _OAndLse, _check_flag, _check_scale, _check_splits,
+                        _check_window, _describe_all, _kernel_for)
 from .kernels import append as _append
 from .kernels import paged as _paged
 
@@ -164,31 +164,39 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=F
     cache or the table row, but a bad entry then gives a wrong result, not an error.
     """
     stream = kinds.as_stream(stream)
+    check = _check_flag(check, "check")
+    arrays = (q, k_cache, v_cache, block_table, cache_seqlens, None)  # None: no out=
+    plan_key = plans.key(("paged_attention", causal, window, scale, return_lse, num_splits),
+                         arrays, stream)
+    plan = plans.find(plan_key)
+    if plan is not None:  # a repeat call: its layouts were checked when it was recorded
+        if check:  # the tables' contents were not: they are new data
+            _tables(block_table, cache_seqlens, *k_cache.shape[:2], q.shape[0], stream)
+        return plan(arrays, stream)
     ds = _describe_all({"q": q, "k_cache": k_cache, "v_cache": v_cache}, DTYPES)
     if not ds["q"].dtype == ds["k_cache"].dtype == ds["v_cache"].dtype:
         raise TypeError("q, k_cache and v_cache must have one dtype")
     _paged.check_shapes(q, k_cache, v_cache, block_table, cache_seqlens)
     causal, return_lse = _check_flag(causal, "causal"), _check_flag(return_lse, "return_lse")
     window, splits = _check_window(window), _check_splits(num_splits)
-    check = _check_flag(check, "check")
     n_blocks, block_size = ds["k_cache"].shape[:2]
     b, hq, sq, d = ds["q"].shape
     d_v = ds["v_cache"].shape[3]
     scale = _check_scale(scale, d)
     kind, dtype = ds["q"].kind, ds["q"].dtype
-    if b and hq and sq:  # the tables, checked: the last of the validation
+    if b and hq and sq:  # the tables, checked (outside the recording: the check waits)
         table, seqlens = _tables(block_table, cache_seqlens, n_blocks, block_size, b, stream,
                                  check=check)
-    o_buf, o4 = heads.output(kind, (b, hq, sq, d_v), dtype, q, 2, stream)
-    lse_buf, lse3 = heads.output(kind, (b, hq, sq), F32, q, 1, stream)
-    if b and hq and sq:
-        q4 = heads.view(ds["q"], 2, stream)
-        kc, vc = _cache_views([("k_cache", ds["k_cache"]), ("v_cache", ds["v_cache"])], stream)
-        _paged.launch(q4, kc, vc, table, seqlens, o4, lse3, causal=causal, window=window,
-                      scale=scale, num_splits=splits, stream=stream,
-                      small=plans.simulator_enabled())
-    o = kinds.to_user(kind, o_buf, stream, dtype)
-    return (o, kinds.to_user(kind, lse_buf, stream)) if return_lse else o
+    with plans.Recorder(plan_key, arrays, stream) as rec:
+        o_buf, o4 = heads.output(kind, (b, hq, sq, d_v), dtype, q, 2, stream)
+        lse_buf, lse3 = heads.output(kind, (b, hq, sq), F32, q, 1, stream)
+        if b and hq and sq:
+            q4 = heads.view(ds["q"], 2, stream)
+            kc, vc = _cache_views([("k_cache", ds["k_cache"]), ("v_cache", ds["v_cache"])], stream)
+            _paged.launch(q4, kc, vc, table, seqlens, o4, lse3, causal=causal, window=window,
+                          scale=scale, num_splits=splits, stream=stream,
+                          small=plans.simulator_enabled())
+        return rec.done(_OAndLse(kind, return_lse, dtype), o_buf, lse_buf)
 
 
 def append_kv(k_new, v_new, k_cache, v_cache, block_table, cache_seqlens, *, stream=None):

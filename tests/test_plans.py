@@ -76,8 +76,36 @@ def calls():
         o, _ = ns.merge_attention(*(make(kind, a) for a in (oa, la, ob, lb)))
         return o, ns.reference.merge_attention(oa, la, ob, lb)[0], True
 
+    def paged(kind, seed):
+        q, kc, vc, table, lens = paged_data(seed)
+        o = ns.paged_attention(*(make(kind, a) for a in (q, kc, vc, table, lens)))
+        return o, ns.reference.paged_attention(*(a.astype(np.float64) for a in (q, kc, vc)),
+                                               table, lens), True
+
     return {"softmax": sm, "softmax_out": lambda k, s: sm(k, s, out=True), "logsumexp": lse,
-            "attention": att, "merge_attention": merge}
+            "attention": att, "merge_attention": merge, "paged_attention": paged}
+
+
+def paged_data(seed, blocks=8, bs=4):
+    """q (2, 4, 1, 16), caches of ``blocks`` blocks, a shuffled table (2, 3), lengths."""
+    rng = np.random.default_rng(seed)
+    kc, vc = fresh((blocks, bs, 2, 16), seed), fresh((blocks, bs, 2, 16), seed + 1)
+    table = rng.permutation(blocks)[:6].reshape(2, 3).astype(np.int32)
+    return fresh((2, 4, 1, 16), seed + 2), kc, vc, table, np.array([9, 11], np.int32)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_paged_plan_still_checks_each_new_table(kind):
+    """A replayed paged call checks the new table's contents (layouts alone were checked
+    when it was recorded); check=False replays without waiting and reads in bounds."""
+    q, kc, vc, table, lens = (make(kind, a) for a in paged_data(0))
+    ns.paged_attention(q, kc, vc, table, lens)  # records
+    bad = paged_data(0)[3]
+    bad[1, 2] = 99
+    with pytest.raises(ValueError, match=r"block_table\[1, 2\] = 99"):
+        ns.paged_attention(q, kc, vc, make(kind, bad), lens)
+    o = ns.paged_attention(q, kc, vc, make(kind, bad), lens, check=False)
+    assert np.isfinite(to_host(o)).all()
 
 
 @pytest.mark.parametrize("kind", KINDS)

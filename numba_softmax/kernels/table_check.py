@@ -19,6 +19,7 @@ names the entry.
 """
 
 import functools
+import threading
 
 import numpy as np
 from numba import cuda, int64
@@ -26,6 +27,7 @@ from numba import cuda, int64
 from . import jit, launcher
 
 THREADS = 256
+_LOCK = threading.Lock()
 
 
 @functools.cache
@@ -83,12 +85,13 @@ def findings(table, lengths, num_blocks, block_size, new_tokens=0, stream=0):
         return _host_findings(table, lengths, num_blocks, block_size, int(new_tokens))
     if table.shape[0] == 0:
         return 0, 0, 0, 0
-    found = cuda.device_array(4, np.int64, stream=stream)
     threads = min(THREADS, launcher.device_limits().max_threads)
-    launcher.launch(kernel(), 1, threads, stream,
-                    (table, lengths, np.int64(num_blocks), np.int64(block_size),
-                     np.int64(new_tokens), found))
-    host = found.copy_to_host(stream=stream)
-    if stream:
-        stream.synchronize()
+    with _LOCK:  # the four numbers live in a per-stream workspace: one check at a time
+        found = launcher.scratch((4,), np.int64, stream, "table_check")
+        launcher.launch(kernel(), 1, threads, stream,
+                        (table, lengths, np.int64(num_blocks), np.int64(block_size),
+                         np.int64(new_tokens), found))
+        host = found.copy_to_host(stream=stream)
+        if stream:
+            stream.synchronize()
     return tuple(int(v) for v in host)
