@@ -84,6 +84,17 @@ def test_derive_fills_rates_bounds_and_ratio_to_torch():
     assert decode.pct_bound == pytest.approx(40.0)  # of the read stream, not of copy
 
 
+def test_softmax_backward_rows_are_held_to_their_own_torch_backward():
+    """One shape, two functions, two torch peers: each row divides by its own."""
+    kw = dict(suite="backward", bytes=3 * 10**9)
+    sm, lsm = _row(impl="softmax_backward", **kw), _row(impl="log_softmax_backward", **kw)
+    t_sm = _row(impl="torch.softmax_backward", median_ms=4.0, **kw)
+    t_lsm = _row(impl="torch.log_softmax_backward", median_ms=2.0, **kw)
+    results.derive([sm, t_sm, lsm, t_lsm], Bounds(copy_gbps=8000.0))
+    assert sm.x_torch == pytest.approx(4.0) and lsm.x_torch == pytest.approx(2.0)
+    assert t_sm.x_torch == pytest.approx(1.0) and t_lsm.x_torch == pytest.approx(1.0)
+
+
 @pytest.mark.parametrize("row, bounds, says", [
     (_row(bytes=10**9, median_ms=0.1), Bounds(copy_gbps=9000.0), "of the device-to-device copy"),
     (_row(suite="decode", bytes=10**9, median_ms=0.1, bound="read"),

@@ -70,7 +70,7 @@ def softmax_case(b, name, fn, m, n, dtype):
             with b.on_stream("torch"):
                 torch_fn(dy, y, -1, y.dtype)
 
-        b.record(b.timer.device(peer, k), impl="torch.backward", level="kernel", array="torch",
+        b.record(b.timer.device(peer, k), impl=f"torch.{name}", level="kernel", array="torch",
                  **row)
 
 

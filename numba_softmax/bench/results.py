@@ -14,7 +14,8 @@ import dataclasses
 TRAFFIC = {"three_pass": 4, "online": 3, "split": 3, "fused": 2, "onchip": 2}
 TOLERANCE = 1.05  # a figure above 105 % of its ceiling is impossible
 # The rows "x torch" divides by: torch's implementation of the same problem.
-TORCH_IMPLS = ("torch", "torch.sdpa", "torch.backward", "torch.topk(softmax)")
+TORCH_IMPLS = ("torch", "torch.sdpa", "torch.backward", "torch.softmax_backward",
+               "torch.log_softmax_backward", "torch.topk(softmax)")
 
 
 class ImpossibleFigure(RuntimeError):
@@ -63,6 +64,14 @@ class Result:
 
 CSV_COLUMNS = [f.name for f in dataclasses.fields(Result)]
 _PEER_KEY = ("suite", "level", "dtype", "M", "N", "B", "H", "Hkv", "Sq", "Sk", "D", "causal", "k")
+
+
+def _peer_key(r):
+    """What a row and its torch peer share: the shape fields, and for the softmax
+    backward rows which function (softmax's backward is held to torch's softmax backward,
+    log_softmax's to torch's log_softmax backward — one shape, two peers)."""
+    family = "log" if r.suite == "backward" and "log_softmax" in r.impl else ""
+    return tuple(getattr(r, k) for k in _PEER_KEY) + (family,)
 
 
 @dataclasses.dataclass
@@ -122,8 +131,7 @@ def gbps(n_bytes, ms):
 def derive(results, bounds):
     """Fill GB/s, % of copy, % of the row's bound and of its own traffic model, TFLOP/s
     and the ratio to torch (in place)."""
-    torch_ms = {tuple(getattr(r, k) for k in _PEER_KEY): r.median_ms
-                for r in results if r.impl in TORCH_IMPLS}
+    torch_ms = {_peer_key(r): r.median_ms for r in results if r.impl in TORCH_IMPLS}
     for r in results:
         if r.bytes:
             r.gbps = gbps(r.bytes, r.median_ms)
@@ -140,7 +148,7 @@ def derive(results, bounds):
             peak = bounds.tflops.get(r.dtype)
             if peak:
                 r.bound, r.pct_bound = "peak", 100.0 * r.tflops / peak
-        ref = torch_ms.get(tuple(getattr(r, k) for k in _PEER_KEY))
+        ref = torch_ms.get(_peer_key(r))
         if ref is not None and r.suite != "overhead":
             r.x_torch = ref / r.median_ms
     return results

@@ -22,6 +22,8 @@ import ctypes
 import os
 import threading
 
+import numpy as np
+
 try:
     from cuda.bindings import driver as _cu
     from cuda.core import LaunchConfig, Stream
@@ -57,8 +59,8 @@ def _libcuda():
 def _c_value(v):
     """A C object holding one flat argument the way cuda.core passes it: Python ints
     are intptr_t, bools one byte, floats double; ctypes scalars as they are."""
-    if isinstance(v, bool):
-        return ctypes.c_bool(v)
+    if isinstance(v, (bool, np.bool_)):
+        return ctypes.c_bool(bool(v))
     if isinstance(v, int):
         return ctypes.c_int64(v)
     if isinstance(v, float):
