@@ -271,10 +271,45 @@ def run_attention(inputs, causal=False, window=(-1, -1), scale=None, tiles=None)
     return [from_bf16(g) if g.dtype == BF16 else g for g in got]
 
 
-def check_attention(got, want, dtype, msg):
-    for name, g, w in zip(("dq", "dk", "dv"), got, want):
+def check_attention(got, want, dtype, msg, magnitudes=None):
+    """Each gradient within ATT_TOL of the float64 reference — plus, given the
+    ``magnitudes`` of the terms each element sums (:func:`attention_magnitudes`), what
+    float32 may lose to them: 64·eps·Σ|terms| (the sums' rounding, ~log2 n·eps, and the
+    exponent's, ~|s − LSE|·eps, on P)."""
+    eps = float(np.finfo(np.float32).eps)
+    for i, (name, g, w) in enumerate(zip(("dq", "dk", "dv"), got, want)):
         assert np.isfinite(g).all(), f"{name}: not finite {msg}"
-        np.testing.assert_allclose(g.astype(np.float64), w, err_msg=f"{name} {msg}", **ATT_TOL[dtype])
+        tol = dict(ATT_TOL[dtype])
+        if magnitudes is not None:
+            tol["atol"] = tol["atol"] + 64 * eps * magnitudes[i]
+            excess = np.abs(g.astype(np.float64) - w) - tol["atol"] - tol["rtol"] * np.abs(w)
+            worst = np.unravel_index(np.argmax(excess), excess.shape)
+            assert np.all(excess <= 0), (f"{name} {msg}: {np.sum(excess > 0)} elements beyond "
+                                         f"the bound; at {worst}: got {g[worst]!r}, want {w[worst]!r}")
+            continue
+        np.testing.assert_allclose(g.astype(np.float64), w, err_msg=f"{name} {msg}", **tol)
+
+
+def attention_magnitudes(inputs, causal=False, window=(-1, -1), scale=None):
+    """Σ|terms| of each element of (dQ, dK, dV): the backward's sums with every factor
+    replaced by its size (P ≥ 0 as it is; dS by P·(|dO||V|ᵀ + Σ|dO∘O|)).  A gradient can
+    be far smaller than the terms that cancel in it; float32 rounds relative to these."""
+    do, q, k, v, o, lse = ((from_bf16(x) if x.dtype == BF16 else x).astype(np.float64)
+                           for x in inputs)
+    group = q.shape[-3] // k.shape[-3]
+    kr, vr = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    s = scale * (q @ np.swapaxes(kr, -1, -2))
+    seen = R.visible(q.shape[-2], k.shape[-2], causal, window) & np.isfinite(lse)[..., None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = np.where(seen, np.exp(np.where(seen, s - lse[..., None], 0.0)), 0.0)
+    ds = p * (np.abs(do) @ np.swapaxes(np.abs(vr), -1, -2) + (np.abs(do) * np.abs(o)).sum(-1, keepdims=True))
+    m_dq = scale * (ds @ np.abs(kr))
+    m_dk = scale * (np.swapaxes(ds, -1, -2) @ np.abs(q))
+    m_dv = np.swapaxes(p, -1, -2) @ np.abs(do)
+    shape = k.shape[:-3] + (k.shape[-3], group)
+    return (m_dq, m_dk.reshape(shape + m_dk.shape[-2:]).sum(axis=-3),
+            m_dv.reshape(shape + m_dv.shape[-2:]).sum(axis=-3))
 
 
 def test_attention_float64_kernel_matches_finite_differences():
@@ -311,7 +346,9 @@ def test_attention_kernel_matches_the_reference(b, hq, hkv, sq, sk, d, dv, causa
     rng, seed = fresh()
     inputs, want = att_case(rng, b, hq, hkv, sq, sk, d, dv, F32, causal, window, scale=0.3)
     got = run_attention(inputs, causal, window, scale=0.3, tiles=tiles)
-    check_attention(got, want, F32, f"seed {seed}")
+    # long GQA sums: a small dK element can be what is left of large terms that cancel
+    # (the H100 missed a flat 2e-5 by 5e-6 on one of 76800 at Sq 257, 4 heads a group)
+    check_attention(got, want, F32, f"seed {seed}", attention_magnitudes(inputs, causal, window, 0.3))
 
 
 @pytest.mark.parametrize("dtype", [F16, BF16])
