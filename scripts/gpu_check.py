@@ -3,6 +3,8 @@
 
     python scripts/gpu_check.py --out DIR [--git-hash HASH]        # everything, ~8 min (H100)
     python scripts/gpu_check.py --only suite,fuzz --fuzz-shards 2    # a part
+    python scripts/gpu_check.py --skip-timed --fuzz-first-seed 6 \
+        --merge docs/benchmarks/gpu-check-<device>.json              # the check in two parts
 
 Phase 1 — correctness, in parallel processes (they may share the GPU: nothing is timed):
 the test suite under the ``gpu`` Hypothesis profile (everything but the jobs below),
@@ -157,7 +159,7 @@ def jobs(args, log_dir):
     out = [("suite", PYTEST + ["-n", "6", "-v", "--hypothesis-profile=gpu"] + suite, args.limit,
             {"NUMBA_SOFTMAX_GPU_EXAMPLES": str(args.suite_examples)}),
            ("reliability", PYTEST + ["tests/test_reliability.py"], args.limit, None)]
-    for shard in range(args.fuzz_shards):
+    for shard in range(args.fuzz_first_seed, args.fuzz_first_seed + args.fuzz_shards):
         out.append((f"fuzz-{shard}", PYTEST + [
             "--hypothesis-profile=fuzz", f"--hypothesis-seed={1000 + shard}",
             "--hypothesis-show-statistics", "tests/test_fuzz.py"], args.limit,
@@ -194,6 +196,9 @@ def summary(env, results):
                      f"{r.get('skipped', ''):>8}{ex:>10}{r.get('sanitizer_errors', ''):>10}"
                      f"{r['seconds']:>9}")
     lines += ["", f"fuzz cases generated: {fuzz}"]
+    for part in env.get("merged", []):
+        lines.append(f"merged: {', '.join(part['jobs'])} from the run of {part['date']} on tree "
+                     f"{part['git_hash']} (the same package source)")
     for r in results:
         for t in r.get("failed_tests", []):
             lines.append(f"failed in {r['name']}: {t}")
@@ -201,6 +206,23 @@ def summary(env, results):
             lines.append(f"failed in {r['name']}: examples/{e}")
     verdict = "GPU CHECK: PASS" if not failed else f"GPU CHECK: FAIL ({', '.join(failed)})"
     return lines + [verdict], not failed, fuzz
+
+
+def merged(env, results, earlier):
+    """This run's jobs, then the earlier record's jobs of names this run did not use;
+    the parts are listed in ``env["merged"]``.  Only records of the same package source
+    (and device) merge: a check in parts is still a check of one package."""
+    if earlier.get("source_hash") != env["source_hash"] or earlier.get("device") != env["device"]:
+        raise SystemExit(f"--merge: {earlier.get('git_hash')} ran another package source or "
+                         f"device; run the whole check instead")
+    names = {r["name"] for r in results}
+    kept = [r for r in earlier["jobs"] if r["name"] not in names]
+    parts = [p for p in earlier.get("merged", []) if set(p["jobs"]) & {r["name"] for r in kept}]
+    own = [r["name"] for r in kept if not any(r["name"] in p["jobs"] for p in parts)]
+    if own:
+        parts.append({"git_hash": earlier.get("git_hash"), "date": earlier.get("date"), "jobs": own})
+    env["merged"] = parts
+    return results + kept
 
 
 def main(argv=None):
@@ -218,6 +240,12 @@ def main(argv=None):
     p.add_argument("--workers", type=int, default=12)
     p.add_argument("--skip-sanitizers", action="store_true")
     p.add_argument("--skip-timed", action="store_true")
+    p.add_argument("--fuzz-first-seed", type=int, default=0,
+                   help="shard i uses Hypothesis seed 1000 + i from here (a second part draws new cases)")
+    p.add_argument("--merge", metavar="RECORD.json",
+                   help="a record of an earlier run of the same package source: its jobs this run "
+                        "did not run are kept (a check made in parts, e.g. on a device lent "
+                        "10 minutes at a time); refused if the package source differs")
     args = p.parse_args(argv)
     log_dir = Path(args.out)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -237,6 +265,8 @@ def main(argv=None):
         if torchrun():  # the ring through torch.distributed + NCCL, one rank
             results.append(run("timed-10-torchrun", example_job(["10_ring_attention.py"], torchrun()),
                                log_dir, args.timed_limit))
+    if args.merge:
+        results = merged(env, results, json.loads(Path(args.merge).read_text()))
     lines, ok, fuzz = summary(env, results)
     text = "\n".join(lines)
     print(text)

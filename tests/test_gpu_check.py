@@ -1,0 +1,45 @@
+"""scripts/gpu_check.py's record logic (no GPU needed): a check made in parts merges only
+records of the same package source, and the verdict covers every part."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+ENV = dict(source_hash="abc", device="GPU", date="now", git_hash="new", driver="1", numba="1",
+           numba_cuda="1", numpy="1", cupy="1", torch="1", python="3")
+EARLIER = dict(source_hash="abc", device="GPU", git_hash="old", date="then", jobs=[
+    dict(name="suite", exit=1, failed=1, seconds=1.0),
+    dict(name="fuzz-0", exit=0, hypothesis_examples=900, seconds=1.0),
+    dict(name="timed-02", exit=0, examples_run=1, seconds=1.0)])
+
+
+def test_merge_keeps_the_jobs_this_run_did_not_run_and_judges_them_all():
+    g = load()
+    env = dict(ENV)
+    now = [dict(name="suite", exit=0, passed=5, seconds=1.0),
+           dict(name="fuzz-6", exit=0, hypothesis_examples=900, seconds=1.0)]
+    jobs = g.merged(env, now, EARLIER)
+    assert [j["name"] for j in jobs] == ["suite", "fuzz-6", "fuzz-0", "timed-02"]
+    lines, ok, fuzz = g.summary(env, jobs)
+    assert ok and fuzz == 1800 and lines[-1] == "GPU CHECK: PASS"  # the new suite replaced the failed one
+    assert any("merged: fuzz-0, timed-02 from the run of then on tree old" in x for x in lines)
+    failing = [dict(name="fuzz-6", exit=1, failed=1, seconds=1.0)]
+    lines, ok, _ = g.summary(dict(ENV), g.merged(dict(ENV), failing, EARLIER))
+    assert not ok and "suite" in lines[-1] and "fuzz-6" in lines[-1]  # old failures count too
+
+
+def test_merge_refuses_another_package_source():
+    g = load()
+    with pytest.raises(SystemExit, match="another package source"):
+        g.merged(dict(ENV, source_hash="zzz"), [], EARLIER)
