@@ -13,7 +13,10 @@ and the build replaces the line with the Markdown that ``NAME`` returns:
 * ``walk.committed`` — the walks committed from GPU runs (``docs/benchmarks/walk-*.txt``,
   written by ``python docs/_ext/walk.py --out docs/benchmarks`` on a GPU), or a note;
 * ``notes.NAME`` — a table of ``notes.py`` or ``notes_merge.py`` (the sources' own
-  forms, run).
+  forms, run);
+* ``gpu_check.record`` — the committed GPU check records
+  (``docs/benchmarks/gpu-check-*.json``, written by ``scripts/gpu_check.py``), each as
+  it was written, and whether its package source is the source of this tree.
 
 An unknown name or a failing computation fails the build: a page never shows a number
 that was not computed.
@@ -51,6 +54,49 @@ def _committed(app):
     return "\n\n---\n\n".join(parts)
 
 
+def _source_hash(root):
+    """scripts/gpu_check.py's hash of the package source (the same bytes, the same order)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in sorted((root / "numba_softmax").rglob("*.py")):
+        h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _gpu_check(app):
+    import json
+
+    files = sorted((Path(app.srcdir) / "benchmarks").glob("gpu-check-*.json"))
+    if not files:
+        return ":::{note}\nNo GPU check record is committed yet.\n:::"
+    here = _source_hash(Path(app.srcdir).parent)
+    parts = []
+    for path in files:
+        app.env.note_dependency(str(path))
+        r = json.loads(path.read_text(encoding="utf-8"))
+        state = ("**current**: its package source is this tree's" if r["source_hash"] == here
+                 else "*stale*: the package has changed since")
+        lines = [f"`docs/benchmarks/{path.name}` — {r['device']} (driver {r['driver']}, CUDA "
+                 f"{r.get('cuda_runtime')}; numba {r['numba']}, numba-cuda {r['numba_cuda']}, "
+                 f"numpy {r['numpy']}, CuPy {r['cupy']}, PyTorch {r['torch']}), {r['date']}, "
+                 f"tree {r['git_hash']}, package source `{r['source_hash'][:16]}`: {state}.", ""]
+        for m in r.get("merged", []):
+            lines += [f"Merged from the run of {m['date']} on tree {m['git_hash']} (the same "
+                      f"package source): {', '.join(m['jobs'])}.", ""]
+        lines += ["| job | exit | passed | failed | skipped | cases / examples | sanitizer errors | s |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for j in r["jobs"]:
+            cells = [j["name"], j["exit"], j.get("passed", ""), j.get("failed", ""),
+                     j.get("skipped", ""), j.get("hypothesis_examples", j.get("examples_run", "")),
+                     j.get("sanitizer_errors", ""), j["seconds"]]
+            lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+        lines += ["", f"Fuzz cases generated: **{r['fuzz_cases']}**.  Verdict: "
+                      f"**`{r['verdict']}`**"]
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
+
+
 def _compute(app, name):
     import notes
     import notes_merge
@@ -64,6 +110,8 @@ def _compute(app, name):
         return walk.header()
     if name == "walk.committed":
         return _committed(app)
+    if name == "gpu_check.record":
+        return _gpu_check(app)
     for module in (notes, notes_merge):
         if name.startswith("notes.") and callable(getattr(module, name[6:] + "_md", None)):
             return getattr(module, name[6:] + "_md")()
