@@ -5,14 +5,68 @@ A record (``docs/benchmarks/gpu-check-<device>.json``, written by
 ``scripts/gpu_check.py`` on a GPU) is *current* when its hash of the package's source
 files equals the working tree's: the checked code is the code here.  CI prints this line
 (it has no GPU to re-run the check).
+
+When the bytes differ, the record's tree (its git hash) is looked up in git: if the
+package's files there hash to the record's source hash — so the tree is the one that was
+checked — and every file that differs from it differs only in docstrings and comments
+(the same syntax tree once docstrings are dropped), the record is *current in code* and
+the line names those files.  Anything else is STALE.
 """
 
+import ast
+import hashlib
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_check import ROOT, source_hash  # noqa: E402
+
+
+def _git(*args):
+    out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True)
+    return out.stdout if out.returncode == 0 else None
+
+
+def _code(source):
+    """The syntax tree of a module without its docstrings (comments are not in it)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and body and isinstance(body[0], ast.Expr)
+                and isinstance(getattr(body[0], "value", None), ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+def code_changes(rec):
+    """None if the record's tree cannot be shown to be the checked one; else the package
+    files whose code (not only docstrings/comments) differs from the working tree's, and
+    those that differ in docstrings/comments only."""
+    tree = rec.get("git_hash")
+    listing = _git("ls-tree", "-r", "--name-only", str(tree), "numba_softmax") if tree else None
+    if not listing:
+        return None
+    then = {p: _git("show", f"{tree}:{p}") for p in listing.decode().split() if p.endswith(".py")}
+    h = hashlib.sha256()
+    for p in sorted(then, key=lambda p: Path(p)):  # gpu_check's order: sorted paths
+        h.update(p.encode() + b"\0" + then[p] + b"\0")
+    if h.hexdigest() != rec.get("source_hash"):
+        return None  # that tree is not the one the record checked
+    now = {str(p.relative_to(ROOT)): p.read_bytes() for p in (ROOT / "numba_softmax").rglob("*.py")}
+    code, words = [], []
+    for p in sorted(set(then) | set(now)):
+        a, b = then.get(p), now.get(p)
+        if a == b:
+            continue
+        if a is None or b is None or _code(a) != _code(b):
+            code.append(p)
+        else:
+            words.append(p)
+    return code, words
 
 
 def main():
@@ -22,7 +76,18 @@ def main():
         print("GPU check record: none committed")
     for path in records:
         rec = json.loads(path.read_text())
-        state = "current" if rec.get("source_hash") == here else "STALE (the package changed since)"
+        if rec.get("source_hash") == here:
+            state = "current"
+        else:
+            changes = code_changes(rec)
+            if changes is None:
+                state = "STALE (the package changed since)"
+            elif not changes[0]:
+                state = (f"current in code (since tree {rec['git_hash']} only docstrings or "
+                         f"comments changed: {', '.join(changes[1])})")
+            else:
+                state = (f"STALE (code changed since tree {rec['git_hash']}: "
+                         f"{', '.join(changes[0])})")
         print(f"GPU check record {path.name}: {state}; {rec.get('verdict', '?')} on "
               f"{rec.get('device', '?')}, {rec.get('date', '?')}, {rec.get('fuzz_cases', '?')} fuzz cases")
     return 0

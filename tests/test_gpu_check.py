@@ -43,3 +43,14 @@ def test_merge_refuses_another_package_source():
     g = load()
     with pytest.raises(SystemExit, match="another package source"):
         g.merged(dict(ENV, source_hash="zzz"), [], EARLIER)
+
+
+def test_code_ignores_docstrings_and_comments_only():
+    spec = importlib.util.spec_from_file_location("check_record", ROOT / "scripts" / "check_record.py")
+    cr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cr)
+    a = 'def f(x):\n    """Doubles."""\n    return 2 * x  # twice\n'
+    b = 'def f(x):\n    """Twice x (a better word)."""\n    return 2 * x\n'
+    c = 'def f(x):\n    """Doubles."""\n    return 3 * x\n'
+    assert cr._code(a) == cr._code(b) and cr._code(a) != cr._code(c)
+    assert cr._code('"""Module."""\nX = 1\n') == cr._code("X = 1  # one\n")

@@ -54,29 +54,30 @@ def _committed(app):
     return "\n\n---\n\n".join(parts)
 
 
-def _source_hash(root):
-    """scripts/gpu_check.py's hash of the package source (the same bytes, the same order)."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for p in sorted((root / "numba_softmax").rglob("*.py")):
-        h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
 def _gpu_check(app):
     import json
 
     files = sorted((Path(app.srcdir) / "benchmarks").glob("gpu-check-*.json"))
     if not files:
         return ":::{note}\nNo GPU check record is committed yet.\n:::"
-    here = _source_hash(Path(app.srcdir).parent)
+    import sys
+
+    sys.path.insert(0, str(Path(app.srcdir).parent / "scripts"))
+    import check_record  # the same verdict CI prints
+
+    here = check_record.source_hash()
     parts = []
     for path in files:
         app.env.note_dependency(str(path))
         r = json.loads(path.read_text(encoding="utf-8"))
-        state = ("**current**: its package source is this tree's" if r["source_hash"] == here
-                 else "*stale*: the package has changed since")
+        changes = None if r["source_hash"] == here else check_record.code_changes(r)
+        if r["source_hash"] == here:
+            state = "**current**: its package source is this tree's"
+        elif changes is not None and not changes[0]:
+            state = ("**current in code**: since that tree only docstrings or comments "
+                     f"changed ({', '.join(f'`{c}`' for c in changes[1])})")
+        else:
+            state = "*stale*: the package's code has changed since"
         lines = [f"`docs/benchmarks/{path.name}` — {r['device']} (driver {r['driver']}, CUDA "
                  f"{r.get('cuda_runtime')}; numba {r['numba']}, numba-cuda {r['numba_cuda']}, "
                  f"numpy {r['numpy']}, CuPy {r['cupy']}, PyTorch {r['torch']}), {r['date']}, "
