@@ -10,8 +10,8 @@ read (or, for append, a write) out of bounds.  So every call checks first that
 (later entries are not read and may be anything, e.g. −1).
 
 Copying a device table to the host to look at it costs a synchronous copy of the whole
-table and a Python loop: 1–3 ms a call, where the decode itself is tens of µs.  Here the
-check is one small kernel on the caller's stream — one block strides over the lengths and
+table and a Python loop over its rows, for every call of a decode that itself takes tens
+of µs.  Here the check is one small kernel on the caller's stream — one block strides over the lengths and
 then over the table's entries, each finding lowers a shared minimum (the first bad
 sequence, the first bad entry in C order) — and the host reads back four numbers.  NumPy
 tables are checked with NumPy.  Either way the finding becomes a ``ValueError`` that
