@@ -213,8 +213,9 @@ def correctness(workers, methods_wanted, tiny=False):
 
 # --- peers: Triton kernels -----------------------------------------------------------------
 def triton_peers():
-    """(name, launch(x, y)) for the Triton tutorial's fused softmax and seed 001's two-pass
-    online kernel, or [] without Triton."""
+    """(name, launch(x, y)) for the Triton tutorial's fused softmax (its persistent-grid
+    form; the benchmark runs the classic one) and seed 001's two-pass online kernel (the
+    benchmark's, :mod:`numba_softmax.bench.triton_peers`), or [] without Triton."""
     try:
         import torch
         import triton
@@ -241,30 +242,6 @@ def triton_peers():
             out_ptrs = output_ptr + row_idx * output_row_stride + col_offsets
             tl.store(out_ptrs, softmax_output.to(output_ptr.dtype.element_ty), mask=mask)
 
-    @triton.jit
-    def seed001_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, n_rows,
-                       n_cols, BLOCK_SIZE: tl.constexpr):
-        # Seed 001's two-pass online softmax, one program per row, as written there.
-        row_idx = tl.program_id(0)
-        row_in = input_ptr + row_idx * input_row_stride
-        row_out = output_ptr + row_idx * output_row_stride
-        m = float("-inf")
-        d = 0.0
-        for block_start in range(0, n_cols, BLOCK_SIZE):
-            cols = block_start + tl.arange(0, BLOCK_SIZE)
-            mask = cols < n_cols
-            x = tl.load(row_in + cols, mask=mask, other=float("-inf")).to(tl.float32)
-            block_m = tl.max(x, axis=0)
-            m_new = tl.maximum(m, block_m)
-            d = d * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
-            m = m_new
-        for block_start in range(0, n_cols, BLOCK_SIZE):
-            cols = block_start + tl.arange(0, BLOCK_SIZE)
-            mask = cols < n_cols
-            x = tl.load(row_in + cols, mask=mask, other=0.0).to(tl.float32)
-            y = tl.exp(x - m) / d
-            tl.store(row_out + cols, y.to(output_ptr.dtype.element_ty), mask=mask)
-
     props = torch.cuda.get_device_properties(0)
     programs = {}
 
@@ -290,9 +267,7 @@ def triton_peers():
         tutorial_kernel[(min(grid, n_rows),)](y, x, x.stride(0), y.stride(0), n_rows, n_cols,
                                              BLOCK_SIZE=block, num_warps=8)
 
-    def seed001(x, y):
-        n_rows, n_cols = x.shape
-        seed001_kernel[(n_rows,)](y, x, x.stride(0), y.stride(0), n_rows, n_cols, BLOCK_SIZE=1024)
+    from numba_softmax.bench.triton_peers import seed001  # the benchmark's copy of the seed's kernel
 
     return [("triton tutorial", tutorial), ("seed 001", seed001)]
 
