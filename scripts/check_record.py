@@ -9,8 +9,10 @@ files equals the working tree's: the checked code is the code here.  CI prints t
 When the bytes differ, the record's tree (its git hash) is looked up in git: if the
 package's files there hash to the record's source hash — so the tree is the one that was
 checked — and every file that differs from it differs only in docstrings and comments
-(the same syntax tree once docstrings are dropped), the record is *current in code* and
-the line names those files.  Anything else is STALE.
+(the same syntax tree once docstrings are dropped) or is a *simulator-only module* (one
+the package imports only inside ``if simulator_enabled():`` / ``if
+…ENABLE_CUDASIM:``, so never on a GPU), the record is *current in code* and the line
+names those files.  Anything else is STALE.
 """
 
 import ast
@@ -42,6 +44,42 @@ def _code(source):
     return ast.dump(tree)
 
 
+SIMULATOR_TESTS = {"simulator_enabled()", "_cuda_config.ENABLE_CUDASIM", "config.ENABLE_CUDASIM"}
+
+
+def _imports_of(name, tree):
+    """(import node, the tests of the ``if`` statements whose body holds it) for every
+    import of module ``name`` (its last dotted part) in ``tree``."""
+    found = []
+
+    def visit(node, tests):
+        for child in ast.iter_child_nodes(node):
+            inner = tests
+            if isinstance(node, ast.If) and child in node.body:
+                inner = tests + [ast.unparse(node.test)]
+            elif isinstance(node, ast.If) and child in node.orelse:
+                inner = tests + ["not " + ast.unparse(node.test)]
+            if isinstance(child, ast.ImportFrom):
+                mods = [(child.module or "").split(".")[-1]] + [a.name for a in child.names]
+                if name in mods:
+                    found.append((child, inner))
+            elif isinstance(child, ast.Import) and any(a.name.split(".")[-1] == name
+                                                       for a in child.names):
+                found.append((child, inner))
+            visit(child, inner)
+
+    visit(tree, [])
+    return found
+
+
+def simulator_only(path, sources):
+    """True if the package imports module ``path`` only under the simulator: every import
+    of it (there is at least one) sits in the body of an ``if`` on the simulator switch."""
+    name = Path(path).stem
+    found = [hit for src in sources.values() for hit in _imports_of(name, ast.parse(src))]
+    return bool(found) and all(any(t in SIMULATOR_TESTS for t in tests) for _, tests in found)
+
+
 def code_changes(rec):
     """None if the record's tree cannot be shown to be the checked one; else the package
     files whose code (not only docstrings/comments) differs from the working tree's, and
@@ -62,10 +100,12 @@ def code_changes(rec):
         a, b = then.get(p), now.get(p)
         if a == b:
             continue
-        if a is None or b is None or _code(a) != _code(b):
-            code.append(p)
-        else:
+        if a is not None and b is not None and _code(a) == _code(b):
             words.append(p)
+        elif b is not None and simulator_only(p, now) and (a is None or simulator_only(p, then)):
+            words.append(p + " (simulator-only)")
+        else:
+            code.append(p)
     return code, words
 
 
@@ -83,8 +123,8 @@ def main():
             if changes is None:
                 state = "STALE (the package changed since)"
             elif not changes[0]:
-                state = (f"current in code (since tree {rec['git_hash']} only docstrings or "
-                         f"comments changed: {', '.join(changes[1])})")
+                state = (f"current in code (since tree {rec['git_hash']} only docstrings, "
+                         f"comments or simulator-only modules changed: {', '.join(changes[1])})")
             else:
                 state = (f"STALE (code changed since tree {rec['git_hash']}: "
                          f"{', '.join(changes[0])})")

@@ -54,3 +54,18 @@ def test_code_ignores_docstrings_and_comments_only():
     c = 'def f(x):\n    """Doubles."""\n    return 3 * x\n'
     assert cr._code(a) == cr._code(b) and cr._code(a) != cr._code(c)
     assert cr._code('"""Module."""\nX = 1\n') == cr._code("X = 1  # one\n")
+
+
+def test_simulator_only_modules_are_found_from_their_imports():
+    spec = importlib.util.spec_from_file_location("check_record", ROOT / "scripts" / "check_record.py")
+    cr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cr)
+    gated = b"from .._sim import simulator_enabled\nif simulator_enabled():\n    from ._emu import f\nelse:\n    from ._real import f\n"
+    assert cr.simulator_only("pkg/_emu.py", {"pkg/a.py": gated})
+    assert not cr.simulator_only("pkg/_real.py", {"pkg/a.py": gated})  # the else branch: the GPU's
+    both = {"pkg/a.py": gated, "pkg/b.py": b"from ._emu import g\n"}  # imported unconditionally too
+    assert not cr.simulator_only("pkg/_emu.py", both)
+    assert not cr.simulator_only("pkg/_nowhere.py", {"pkg/a.py": gated})  # never imported: unknown
+    real = {str(p.relative_to(ROOT)): p.read_bytes() for p in (ROOT / "numba_softmax").rglob("*.py")}
+    assert cr.simulator_only("numba_softmax/kernels/_mma_sim.py", real)
+    assert not cr.simulator_only("numba_softmax/_sim.py", real)  # simulator_enabled() is used everywhere

@@ -81,6 +81,30 @@ def test_mma_m16n8k16(storage):
     assert np.array_equal(lo, bits), f"seed {seed}"
 
 
+@pytest.mark.parametrize("storage", [F16, BF16])
+def test_mma_infinities_and_nan_follow_ieee(storage):
+    """inf − inf in a dot product is NaN, inf + finite is inf, NaN spreads — as the tensor
+    cores compute them.  (The emulation summed with math.fsum, which *raises* on inf − inf:
+    one lane failed, and its warp waited for it forever in the next shuffle.)"""
+    rng, seed = fresh()
+    a = rng.standard_normal((16, 16)).astype(np.float32)
+    b = np.abs(rng.standard_normal((16, 8))).astype(np.float32) + 0.5  # all positive
+    c = np.zeros((16, 8), np.float32)
+    a[0, 0], a[0, 1] = np.inf, -np.inf  # row 0: inf − inf → NaN
+    a[1, 3] = np.inf  # row 1: inf
+    a[2, 5] = -np.inf  # row 2: −inf
+    a[3, 7] = np.nan  # row 3: NaN
+    d = cuda.to_device(np.zeros((16, 8), np.float32))
+    words = cuda.to_device(np.zeros((32, 4), np.uint32))
+    _mma_kernel(storage)[1, 32](a, b, c, d, words)
+    with np.errstate(invalid="ignore"):
+        want = rounded(a, storage) @ rounded(b, storage) + c
+    got = d.copy_to_host()
+    assert np.isnan(got[0]).all() and np.isnan(got[3]).all(), f"seed {seed}"
+    assert (got[1] == np.inf).all() and (got[2] == -np.inf).all(), f"seed {seed}"
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=f"seed {seed}")
+
+
 @jit.kernel
 def _ldmatrix_kernel(src, plain, trans, copied, stride):
     lane = cuda.threadIdx.x

@@ -74,8 +74,9 @@ def _gpu_check(app):
         if r["source_hash"] == here:
             state = "**current**: its package source is this tree's"
         elif changes is not None and not changes[0]:
-            state = ("**current in code**: since that tree only docstrings or comments "
-                     f"changed ({', '.join(f'`{c}`' for c in changes[1])})")
+            state = ("**current in code**: since that tree only docstrings, comments or "
+                     "modules imported only under the simulator changed "
+                     f"({', '.join(f'`{c}`' for c in changes[1])})")
         else:
             state = "*stale*: the package's code has changed since"
         lines = [f"`docs/benchmarks/{path.name}` — {r['device']} (driver {r['driver']}, CUDA "

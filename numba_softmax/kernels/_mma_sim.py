@@ -37,7 +37,11 @@ def _mma(decode):
         cols = [[x for reg in (1, 2) for lq in lanes[4 * n : 4 * n + 4] for x in decode(lq[reg])]
                 for n in (2 * t, 2 * t + 1)]  # column n of B: the quad n's b0, then b1
         for r in range(4):  # c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1)
-            dot = math.fsum(x * y for x, y in zip(rows[r >> 1], cols[r & 1]))  # exact products
+            products = [x * y for x, y in zip(rows[r >> 1], cols[r & 1])]  # exact in double
+            if all(math.isfinite(p) for p in products):
+                dot = math.fsum(products)
+            else:  # ±inf or NaN: IEEE arithmetic, as the tensor cores (fsum raises on inf − inf)
+                dot = sum(products)
             c[ci, r] = np.float32(float(c[ci, r]) + dot)
 
     return mma
