@@ -23,27 +23,24 @@ from numba_softmax.kernels import replay
 
 
 def per_call_us(fn, calls, loops=5, sync=cuda.synchronize):
+    """Median over ``loops`` of the host time per call of ``fn`` (followed by ``sync``
+    each time; ``sync=None``: not synchronised), µs."""
     fn()
-    sync()
+    if sync:
+        sync()
     times = []
     for _ in range(loops):
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
-            sync()
+            if sync:
+                sync()
         times.append((time.perf_counter() - t0) / calls * 1e6)
     return float(np.median(times))
 
 
 def bare_us(fn, calls, loops=5):
-    fn()
-    times = []
-    for _ in range(loops):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - t0) / calls * 1e6)
-    return float(np.median(times))
+    return per_call_us(fn, calls, loops, sync=None)
 
 
 def main():
