@@ -9,11 +9,14 @@ Inputs are never written.
 
 import math
 
+import numpy as np
+
 from . import plans
 from .arrays import heads, kinds
 from .arrays.rows import Finish, Out, Rows, check_alias
 from .attention import _check_scale, _check_window, _describe_all
 from .kernels import attention_backward as _attention_kernel
+from .kernels import attention_backward_tc as _tensor_cores
 from .kernels import softmax_backward as _rows_kernel
 from .kernels.epilogue import LOG_SOFTMAX, SOFTMAX
 
@@ -173,10 +176,16 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), sc
         do4, q4, k4, v4, o4 = (heads.view(ds[n], 2, stream) for n in ("do", "q", "k", "v", "o"))
         lse3 = heads.view(ds["lse"], 1, stream)
         outs = [heads.output(kind, s, dtype, q, 2, stream) for s in shapes]
-        _attention_kernel.launch(do4, q4, k4, v4, o4, lse3, *(dev for _, dev in outs),
-                                 causal=causal, window=window, scale=scale, stream=stream,
-                                 small=plans.simulator_enabled())
+        _backward_kernel(dtype).launch(do4, q4, k4, v4, o4, lse3, *(dev for _, dev in outs),
+                                       causal=causal, window=window, scale=scale, stream=stream,
+                                       small=plans.simulator_enabled())
         return rec.done(_Grads(kind, dtype), *(buf for buf, _ in outs))
+
+
+def _backward_kernel(dtype):
+    """float16 / bfloat16 on tensor cores (:mod:`.kernels.attention_backward_tc`); float32
+    and float64 on CUDA cores (:mod:`.kernels.attention_backward`)."""
+    return _tensor_cores if dtype in (np.dtype(np.float16), kinds.BFLOAT16) else _attention_kernel
 
 
 def _bad_flag(value):

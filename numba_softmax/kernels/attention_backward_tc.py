@@ -1,0 +1,340 @@
+"""v8 — FlashAttention-2 backward on tensor cores (fp16 / bf16 in, float32 accumulation).
+
+The backward of :mod:`.attention_backward` — P rebuilt from the saved LSE, Dao's
+Algorithm 2 — with its five matrix products on ``mma.sync`` (:mod:`.mma`)::
+
+    preprocess   D_i = rowsum(dO_i ∘ O_i); the dQ accumulator zeroed  (attention_backward_io)
+    one block = W warps = Bc = 16·W keys of one (batch, K/V head); warp w owns 16 keys
+        K_j, V_j → shared memory, once; dK_w = dV_w = 0 in accumulator fragments
+        for every query head of the group (GQA), every tile i of Br query rows that sees K_j:
+            Q_i, dO_i, LSE_i, D_i → shared memory (cp.async, two buffers: tile i+1 lands
+                                     while tile i is used)
+            Sᵀ   = K_w Q_iᵀ               the scores transposed: the warp's keys are the rows
+            Pᵀ   = exp(scale·Sᵀ − LSE_i)  LSE along the columns; 0 where masked
+            dPᵀ  = V_w dO_iᵀ
+            dSᵀ  = Pᵀ ∘ (dPᵀ − D_i)
+            dV_w += Pᵀ dO_i               Pᵀ rounded to fp16/bf16 in registers is the A
+            dK_w += dSᵀ Q_i               operand, as the forward's P — no shared memory
+            dSᵀ → shared memory; barrier
+            dQ_i += scale · dS K_j        each warp a 16-row × 16·c slice, dS read back
+                                          transposed (ldmatrix.trans); float32 atomic adds
+        write dK_j = scale·dK, dV_j
+    convert      dQ = the accumulator rounded to fp16 / bf16             (attention_backward_io)
+
+**Why the scores transposed.**  With keys as the mma rows, Pᵀ and dSᵀ come out of the
+accumulators exactly as the A operands of dV += Pᵀ dO and dK += dSᵀ Q need them (two
+adjacent n8 tiles are one k16 fragment, :mod:`.mma`), so the two sums that live for the
+whole block never leave the registers.  Only dSᵀ goes through shared memory, once, for
+dQ, whose rows are the queries.  (FlashAttention-2 computes S = Q Kᵀ and transposes P
+and dS through shared memory instead; its tiles are larger than one warp's.)
+
+**dQ by atomic adds**, as in :mod:`.attention_backward`: the last bits of dQ depend on
+the order the adds land.  Masks, GQA and the windows as there: query i sees key j iff
+−left ≤ j − (i + Sk − Sq) ≤ right; only tiles that cross an edge are masked element by
+element; rows that saw no key (LSE = −inf) and padding rows have P = 0.
+
+FLOPs 10·Sq·Sk·D per (batch·query head) (five products; half with causal); K, V read
+once, Q, dO once per key tile (mostly from L2), dQ added once per key tile.  NumPy twin:
+:func:`numba_softmax.reference.attention_backward`.  Derivation: ``docs/algorithms/backward.md``.
+"""
+
+import functools
+import math
+
+import numba
+from numba import cuda
+
+from .._sim import simulator_enabled
+from . import attention_backward_io as io
+from . import jit, launcher
+from .attention_tc import LOG2E, PAD, _up16
+from .launcher import scratch
+from .mma import (cp_async_commit, cp_async_wait_all, for_dtype,
+                  ldmatrix_x4, ldmatrix_x4_trans)
+from .staging import aligned, stager
+
+MAX_HEAD_DIM = 128
+
+
+class Tiles:
+    """A launch configuration: ``warps`` W (Bc = 16·W keys a block, 16 a warp) and
+    ``block_q`` Br query rows a tile (a multiple of 16 with Br/16 dividing W: each warp
+    takes one 16-row slice of dQ).  Default: W = 8, Br = 64 (1 block of 8 warps a
+    multiprocessor at D = 128, 2 at D = 64); the simulator's: W = 1, Br = 16."""
+
+    def __init__(self, d, dv, warps=None, block_q=None, small=False):
+        if small:
+            warps, block_q = warps or 1, block_q or 16
+        self.warps, self.block_q = warps or 8, block_q or 64
+        w, br = self.warps, self.block_q
+        if w not in (1, 2, 4, 8) or br % 16 or br < 16 or w % (br // 16):
+            raise ValueError(f"warps must be 1, 2, 4 or 8 and block_q a multiple of 16 whose "
+                             f"16-row slices divide the warps; got warps={w}, block_q={br}")
+        self.block_k = 16 * w
+        self.dp, self.dvp = _up16(d), _up16(dv)
+        q_tiles = 2 * br * (self.dp + self.dvp + 2 * PAD)  # Q_i, dO_i, two buffers
+        kv_tiles = self.block_k * (self.dp + self.dvp + 2 * PAD)
+        self.shared = 2 * (q_tiles + kv_tiles + self.block_k * (br + PAD))
+        if not simulator_enabled() and self.shared > launcher.device_limits().shared_optin:
+            raise ValueError(f"tiles warps={w}, block_q={br} need {self.shared} bytes of "
+                             f"shared memory")
+
+
+@functools.cache
+def kernel(dtype, d, dv, warps, block_q, vec):
+    """The backward kernel for one configuration (masks are run-time arguments).
+    Returns (kernel, threads per block)."""
+    f32, u16 = numba.float32, numba.uint16
+    mma, pack = for_dtype(dtype)
+    store = jit.storer(dtype)
+    W, BR, THREADS = warps, block_q, 32 * warps
+    BC = 16 * W
+    DP, DVP = _up16(d), _up16(dv)
+    KD, KV = DP // 16, DVP // 16  # k-steps over D and over Dv
+    NB, KB = BR // 8, BR // 16  # Sᵀ / dPᵀ accumulator tiles; k-steps over the queries
+    ND, NV = DP // 8, DVP // 8  # dK, dV accumulator tiles
+    KS, VS, PS = DP + PAD, DVP + PAD, BR + PAD  # shared row strides (16-bit values)
+    R = BR // 16  # 16-row slices of dQ_i: warps w, w + R, … share slice w % R
+    SPLIT = W // R
+    CH = -(-KD // SPLIT)  # 16-column chunks of dQ per warp
+    NQ = 2 * CH  # its accumulator tiles
+    K0 = 0  # shared memory, 16-bit values: K_j, V_j, Q_i ×2, dO_i ×2, dSᵀ
+    V0 = K0 + BC * KS
+    Q0, QSZ = V0 + BC * VS, BR * KS
+    O0, OSZ = Q0 + 2 * QSZ, BR * VS
+    S0 = O0 + 2 * OSZ
+    stage_k = stager(dtype, THREADS, BC, d, DP, KS, vec)
+    stage_v = stager(dtype, THREADS, BC, dv, DVP, VS, vec)
+    stage_q = stager(dtype, THREADS, BR, d, DP, KS, vec)
+    stage_o = stager(dtype, THREADS, BR, dv, DVP, VS, vec)
+    inf = f32(math.inf)
+
+    @jit.device
+    def stage_rows(smem, rows, q, do, lse, delta, b, h, i0, buf):
+        """Q_i, dO_i → buffer ``buf`` (asynchronous), and LSE_i·log2 e (+inf where the row
+        saw no key, or is past Sq: P = 0 there) and D_i (plain stores: seen after the
+        next barrier)."""
+        sq = q.shape[2]
+        stage_q(smem, Q0 + buf * QSZ, q[b, h], i0, sq)
+        stage_o(smem, O0 + buf * OSZ, do[b, h], i0, sq)
+        cp_async_commit()
+        tid = cuda.threadIdx.x
+        if tid < BR:
+            x, y = inf, f32(0.0)
+            if i0 + tid < sq:
+                lv = f32(lse[b, h, i0 + tid])
+                if lv != -inf:
+                    x = lv * f32(LOG2E)
+                y = f32(delta[b, h, i0 + tid])
+            rows[buf, 0, tid] = x
+            rows[buf, 1, tid] = y
+
+    @jit.kernel
+    def backward(do, q, k, v, lse, delta, dq_acc, dk, dv_out, scale, left, right):
+        """grid (Tc, B·Hkv); q, do (B, Hq, Sq, ·), k, v, dk, dv (B, Hkv, Sk, ·), lse and
+        delta (B, Hq, Sq), dq_acc (B, Hq, Sq, D) float32, zeroed."""
+        warp, lane = cuda.threadIdx.x >> 5, cuda.threadIdx.x & 31
+        g, t = lane >> 2, lane & 3  # this lane's place in every fragment (mma.py)
+        n_kv = k.shape[1]
+        group = q.shape[1] // n_kv
+        b, hkv = cuda.blockIdx.y // n_kv, cuda.blockIdx.y % n_kv
+        sq, sk = q.shape[2], k.shape[2]
+        shift = sk - sq  # query i sees key j iff −left <= j − (i + shift) <= right
+        j0 = cuda.blockIdx.x * BC
+        kw = 16 * warp  # the warp's keys: j0 + kw … j0 + kw + 15
+        i_lo, i_hi = 0, sq  # the query rows that see some key of this tile
+        if right >= 0:
+            i_lo = max(0, j0 - shift - right)
+        if left >= 0:
+            i_hi = min(sq, min(j0 + BC, sk) + left - shift)
+        n_qt = (i_hi - i_lo + BR - 1) // BR if i_hi > i_lo else 0
+        n_it = group * n_qt  # (query head, query tile) pairs, one after the other
+        zero, sc = f32(0.0), f32(scale)
+        c2 = sc * f32(LOG2E)  # exp(scale·s − LSE) = exp2(c2·s − LSE·log2 e)
+        hidden = -inf if c2 > zero else inf  # c2·hidden = −inf
+
+        s = cuda.local.array((NB, 4), f32)  # Sᵀ, then Pᵀ
+        dp = cuda.local.array((NB, 4), f32)  # dPᵀ, then dSᵀ
+        pf = cuda.local.array((KB, 4), numba.uint32)  # Pᵀ or dSᵀ as A fragments
+        af = cuda.local.array((1, 4), numba.uint32)  # one A fragment read from shared memory
+        dk_acc = cuda.local.array((ND, 4), f32)  # dK_w, dV_w: for the whole block
+        dv_acc = cuda.local.array((NV, 4), f32)
+        dqf = cuda.local.array((NQ, 4), f32)  # this warp's slice of dQ_i
+        for n in range(ND):
+            for r in range(4):
+                dk_acc[n, r] = zero
+        for n in range(NV):
+            for r in range(4):
+                dv_acc[n, r] = zero
+        # ldmatrix row addresses (lane L: row L % 8 of 8×8 tile L // 8).  A of the warp's
+        # keys: tiles (keys, d), (keys+8, d), (keys, d+8), (keys+8, d+8); B of rows stored
+        # (n, k): (n, k), (n, k+8), (n+8, k), (n+8, k+8); B of rows stored (k, n), read
+        # transposed: (k, n), (k+8, n), (k, n+8), (k+8, n+8)
+        a_row = kw + (lane & 7) + 8 * ((lane >> 3) & 1)
+        a_col = 8 * (lane >> 4)
+        nk_row, nk_col = (lane & 7) + 8 * (lane >> 4), 8 * ((lane >> 3) & 1)
+        kn_row, kn_col = (lane & 7) + 8 * ((lane >> 3) & 1), 8 * (lane >> 4)
+        rs, c_first = warp % R, warp // R  # this warp's dQ slice: rows, first 16-column chunk
+
+        smem = cuda.shared.array(0, u16)  # K_j, V_j, Q_i ×2, dO_i ×2, dSᵀ (offsets above)
+        rows = cuda.shared.array((2, 2, BR), f32)  # per buffer: LSE_i·log2 e, D_i
+        if n_it > 0:  # K_j, V_j and the first query tile: one group of copies
+            stage_k(smem, K0, k[b, hkv], j0, sk)
+            stage_v(smem, V0, v[b, hkv], j0, sk)
+            stage_rows(smem, rows, q, do, lse, delta, b, hkv * group, i_lo, 0)
+        for it in range(n_it):
+            buf = it & 1
+            h = hkv * group + it // n_qt
+            i0 = i_lo + (it % n_qt) * BR
+            qb, ob = Q0 + buf * QSZ, O0 + buf * OSZ
+            cp_async_wait_all()  # this thread's copies of tile i have landed
+            cuda.syncthreads()  # everyone's have; and every warp is done with tile i−1
+            if it + 1 < n_it:  # so tile i+1 may go to the other buffer, landing meanwhile
+                nxt = it + 1
+                stage_rows(smem, rows, q, do, lse, delta, b, hkv * group + nxt // n_qt,
+                           i_lo + (nxt % n_qt) * BR, 1 - buf)
+
+            # Sᵀ = K_w Q_iᵀ and dPᵀ = V_w dO_iᵀ: one A fragment a k-step, B two query tiles
+            for n in range(NB):
+                for r in range(4):
+                    s[n, r] = zero
+                    dp[n, r] = zero
+            for kk in range(KD):
+                af[0, 0], af[0, 1], af[0, 2], af[0, 3] = ldmatrix_x4(
+                    smem, K0 + a_row * KS + a_col + 16 * kk)
+                for n2 in range(NB // 2):
+                    b0, b1, b2, b3 = ldmatrix_x4(smem, qb + (16 * n2 + nk_row) * KS + nk_col + 16 * kk)
+                    mma(s, 2 * n2, af, 0, b0, b1)
+                    mma(s, 2 * n2 + 1, af, 0, b2, b3)
+            for kk in range(KV):
+                af[0, 0], af[0, 1], af[0, 2], af[0, 3] = ldmatrix_x4(
+                    smem, V0 + a_row * VS + a_col + 16 * kk)
+                for n2 in range(NB // 2):
+                    b0, b1, b2, b3 = ldmatrix_x4(smem, ob + (16 * n2 + nk_row) * VS + nk_col + 16 * kk)
+                    mma(dp, 2 * n2, af, 0, b0, b1)
+                    mma(dp, 2 * n2 + 1, af, 0, b2, b3)
+
+            # mask: only tiles that cross Sk or a window edge, element by element (a
+            # masked score s makes c2·s = −inf, whatever the sign of the scale)
+            if not (j0 + BC <= sk and (right < 0 or j0 + BC - 1 - (i0 + shift) <= right)
+                    and (left < 0 or j0 - (i0 + BR - 1 + shift) >= -left)):
+                for rr in range(2):
+                    key = j0 + kw + g + 8 * rr
+                    for n in range(NB):
+                        for e in range(2):
+                            dd = key - (i0 + 8 * n + 2 * t + e + shift)
+                            if key >= sk or (right >= 0 and dd > right) or (left >= 0 and dd < -left):
+                                s[n, 2 * rr + e] = hidden
+            # Pᵀ = exp(scale·Sᵀ − LSE) and dSᵀ = Pᵀ ∘ (dPᵀ − D), LSE and D by column
+            for rr in range(2):
+                for n in range(NB):
+                    for e in range(2):
+                        col = 8 * n + 2 * t + e
+                        p = math.exp2(s[n, 2 * rr + e] * c2 - rows[buf, 0, col])
+                        s[n, 2 * rr + e] = p
+                        dp[n, 2 * rr + e] = p * (dp[n, 2 * rr + e] - rows[buf, 1, col])
+
+            # dV_w += Pᵀ dO_i: accumulator tiles 2kb, 2kb+1 of Pᵀ are A fragment kb
+            for kb in range(KB):
+                for r in range(4):
+                    n = 2 * kb + (r >> 1)
+                    pf[kb, r] = pack(s[n, 2 * (r & 1)], s[n, 2 * (r & 1) + 1])
+            for kb in range(KB):
+                for n2 in range(NV // 2):
+                    b0, b1, b2, b3 = ldmatrix_x4_trans(
+                        smem, ob + (16 * kb + kn_row) * VS + kn_col + 16 * n2)
+                    mma(dv_acc, 2 * n2, pf, kb, b0, b1)
+                    mma(dv_acc, 2 * n2 + 1, pf, kb, b2, b3)
+            # dK_w += dSᵀ Q_i (times scale once, at the end); dSᵀ → shared memory for dQ
+            for kb in range(KB):
+                for r in range(4):
+                    n = 2 * kb + (r >> 1)
+                    pf[kb, r] = pack(dp[n, 2 * (r & 1)], dp[n, 2 * (r & 1) + 1])
+                    at = S0 + (kw + g + 8 * (r & 1)) * PS + 16 * kb + 8 * (r >> 1) + 2 * t
+                    smem[at] = u16(pf[kb, r] & 0xFFFF)
+                    smem[at + 1] = u16(pf[kb, r] >> 16)
+            for kb in range(KB):
+                for n2 in range(ND // 2):
+                    b0, b1, b2, b3 = ldmatrix_x4_trans(
+                        smem, qb + (16 * kb + kn_row) * KS + kn_col + 16 * n2)
+                    mma(dk_acc, 2 * n2, pf, kb, b0, b1)
+                    mma(dk_acc, 2 * n2 + 1, pf, kb, b2, b3)
+            cuda.syncthreads()  # dSᵀ of every warp is in shared memory
+
+            # dQ_i += scale · dS K_j: A = dS read transposed from dSᵀ, B = K_j (k = keys)
+            for n in range(NQ):
+                for r in range(4):
+                    dqf[n, r] = zero
+            for kb in range(W):
+                af[0, 0], af[0, 1], af[0, 2], af[0, 3] = ldmatrix_x4_trans(
+                    smem, S0 + (16 * kb + nk_row) * PS + 16 * rs + nk_col)
+                for ci in range(CH):
+                    c = c_first + ci * SPLIT
+                    if c < KD:
+                        b0, b1, b2, b3 = ldmatrix_x4_trans(
+                            smem, K0 + (16 * kb + kn_row) * KS + kn_col + 16 * c)
+                        mma(dqf, 2 * ci, af, 0, b0, b1)
+                        mma(dqf, 2 * ci + 1, af, 0, b2, b3)
+            for ci in range(CH):
+                c = c_first + ci * SPLIT
+                for rr in range(2):
+                    row = i0 + 16 * rs + g + 8 * rr
+                    if c < KD and row < sq:
+                        for hh in range(2):
+                            for e in range(2):
+                                col = 16 * c + 8 * hh + 2 * t + e
+                                if col < d:
+                                    cuda.atomic.add(dq_acc, (b, h, row, col),
+                                                    dqf[2 * ci + hh, 2 * rr + e] * sc)
+
+        for rr in range(2):  # dK_j = scale·Σ dSᵀQ and dV_j = Σ PᵀdO: written once
+            key = j0 + kw + g + 8 * rr
+            if key < sk:
+                for n in range(ND):
+                    for e in range(2):
+                        if 8 * n + 2 * t + e < d:
+                            dk[b, hkv, key, 8 * n + 2 * t + e] = store(dk_acc[n, 2 * rr + e] * sc)
+                for n in range(NV):
+                    for e in range(2):
+                        if 8 * n + 2 * t + e < dv:
+                            dv_out[b, hkv, key, 8 * n + 2 * t + e] = store(dv_acc[n, 2 * rr + e])
+
+    return backward, THREADS
+
+
+def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), scale=None,
+           stream=0, small=False, **tile_options):
+    """dQ, dK, dV into ``dq``, ``dk``, ``dv`` as :func:`.attention_backward.launch`, for
+    float16 or bfloat16 (uint16) storage; 1 <= D, Dv <= 128.  ``tile_options``: those of
+    :class:`Tiles`."""
+    n_b, n_h, sq, d = q.shape
+    n_kv, sk, dvh = k.shape[1], k.shape[2], v.shape[3]
+    for_dtype(q.dtype)  # TypeError unless float16 or bfloat16 bits
+    if not (1 <= d <= MAX_HEAD_DIM and 1 <= dvh <= MAX_HEAD_DIM):
+        raise ValueError(f"head dimensions must be between 1 and {MAX_HEAD_DIM}, got D={d}, "
+                         f"Dv={dvh}")
+    if n_kv == 0 or n_h % n_kv:
+        raise ValueError(f"q has {n_h} heads, k and v {n_kv}: a multiple is needed (GQA)")
+    if n_b * n_kv > 65535:
+        raise ValueError(f"at most 65535 batch·K/V heads per launch, got {n_b * n_kv}")
+    left, right = (int(w) for w in window)
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    rows = n_b * n_h * sq
+    # preprocess: D = rowsum(dO ∘ O), the float32 dQ accumulator zeroed
+    delta = scratch((n_b, n_h, max(sq, 1)), "float32", stream, "delta")
+    dq_acc = scratch((n_b, n_h, sq, d), "float32", stream, "dq")
+    if rows:
+        grid = (-(-sq * io.LANES // io.THREADS), n_b * n_h)
+        launcher.launch(io.preprocess(q.dtype), grid, io.THREADS, stream, (do, o, delta, dq_acc))
+    if n_b * n_kv * sk:  # the main kernel (with Sq = 0 it writes dK = dV = 0)
+        tiles = Tiles(d, dvh, small=small, **tile_options)
+        vec = all(aligned(x) for x in (q, k, v, do))
+        bwd, threads = kernel(q.dtype, d, dvh, tiles.warps, tiles.block_q, vec)
+        launcher.launch(bwd, (-(-sk // tiles.block_k), n_b * n_kv), threads, stream,
+                        (do, q, k, v, lse, delta, dq_acc, dk, dv, scale, left, right),
+                        shared=tiles.shared)
+    if rows:  # round the accumulator into dQ
+        grid = (-(-sq * d // io.THREADS), n_b * n_h)
+        launcher.launch(io.convert(q.dtype), grid, io.THREADS, stream, (dq_acc, dq))

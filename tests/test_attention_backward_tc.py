@@ -1,0 +1,145 @@
+"""The tensor-core attention backward (:mod:`numba_softmax.kernels.attention_backward_tc`)
+against the float64 reference, with flash-attn's accuracy rule per gradient:
+
+    max |kernel − reference| ≤ 2 · max |same-precision backward − reference| + 1e-5
+
+where "reference" is the float64 backward of the stored (rounded) inputs and the
+same-precision backward is PyTorch's math path written in NumPy (every product in float32,
+rounded to fp16/bf16).  On the simulator the kernel runs the lane-level mma emulation on
+one- and two-warp tiles; on a GPU the real instructions on the default tiles.  Outputs are
+poisoned with NaN first; data are fresh every run (the seed is in the message).
+"""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from numba_softmax import reference as R
+from numba_softmax.backward import attention_backward
+from numba_softmax.kernels import attention_backward_tc as TC
+
+from _helpers import SIMULATOR, sized
+from test_backward import BF16, F16, att_case, from_bf16, fresh, poisoned, to_bf16
+
+
+def rnd(x, storage):
+    """float → the nearest fp16 / bf16 value (as float64)."""
+    x = np.asarray(x, np.float32)
+    if storage == F16:
+        return x.astype(np.float16).astype(np.float64)
+    return from_bf16(to_bf16(x)).astype(np.float64)
+
+
+def values(a):
+    return (from_bf16(a) if a.dtype == BF16 else a).astype(np.float64)
+
+
+def lowp_backward(inputs, storage, causal, window, scale):
+    """PyTorch's math-path backward in half precision: S, P, dP, dS and each gradient
+    rounded to the storage type, products accumulated in float32."""
+    do, q, k, v, o, lse = (values(x) for x in inputs)
+    group = q.shape[-3] // k.shape[-3]
+    kr, vr = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
+
+    def mm(a, b):
+        return a.astype(np.float32) @ b.astype(np.float32)
+
+    s = rnd(mm(q, np.swapaxes(kr, -1, -2)) * np.float32(scale), storage)
+    seen = R.visible(q.shape[-2], k.shape[-2], causal, window) & np.isfinite(lse)[..., None]
+    p = rnd(np.where(seen, np.exp(np.where(seen, s - lse[..., None], 0.0)), 0.0), storage)
+    dp = rnd(mm(do, np.swapaxes(vr, -1, -2)), storage)
+    ds = rnd(p * (dp - rnd((p * dp).sum(-1, keepdims=True), storage)), storage)
+
+    def per_kv(x):  # the sum over each group of query heads
+        return x.reshape(k.shape[:-3] + (k.shape[-3], group) + x.shape[-2:]).sum(axis=-3)
+
+    dq = rnd(mm(ds, kr) * np.float32(scale), storage)
+    dk = rnd(per_kv(mm(np.swapaxes(ds, -1, -2), q)) * np.float32(scale), storage)
+    dv = rnd(per_kv(mm(np.swapaxes(p, -1, -2), do)), storage)
+    return dq, dk, dv
+
+
+def run(inputs, causal=False, window=(-1, -1), scale=None, **tiles):
+    do, q, k, v, o, lse = inputs
+    outs = [poisoned(x.shape, x.dtype) for x in (q, k, v)]
+    TC.launch(*(cuda.to_device(x) for x in inputs), *outs, causal=causal, window=window,
+              scale=scale, small=SIMULATOR, **tiles)
+    return [values(x.copy_to_host()) for x in outs]
+
+
+def check_rule(got, want, lowp, msg):
+    for name, g, w, lp in zip(("dq", "dk", "dv"), got, want, lowp):
+        assert np.isfinite(g).all(), f"{name}: not finite {msg}"
+        err, base = np.max(np.abs(g - w), initial=0), np.max(np.abs(lp - w), initial=0)
+        assert err <= 2 * base + 1e-5, f"{name}: error {err:.3g} > 2 × {base:.3g} + 1e-5 {msg}"
+
+
+CASES = sized(
+    [  # (b, hq, hkv, sq, sk, d, dv, causal, window, tiles)
+        (1, 2, 2, 9, 17, 16, 16, False, (-1, -1), {}),
+        (1, 2, 1, 20, 13, 24, 16, True, (-1, -1), {}),  # GQA; Sq > Sk: rows that see nothing
+        (1, 1, 1, 18, 21, 20, 8, False, (3, 2), {}),  # D % 8 ≠ 0: copies value by value
+        (1, 1, 1, 33, 35, 16, 16, True, (-1, -1), dict(warps=2, block_q=32)),
+        (1, 2, 1, 17, 19, 48, 16, False, (-1, -1), dict(warps=2, block_q=16)),  # 2 warps a dQ slice
+    ],
+    [
+        (2, 4, 4, 200, 333, 64, 64, False, (-1, -1), {}),
+        (2, 8, 2, 333, 200, 64, 64, True, (-1, -1), {}),
+        (1, 8, 2, 257, 300, 128, 128, True, (-1, -1), {}),
+        (1, 4, 1, 300, 300, 40, 24, False, (64, 16), {}),
+        (1, 2, 2, 129, 130, 96, 96, True, (-1, -1), dict(warps=4, block_q=32)),
+        (1, 2, 2, 100, 517, 128, 128, False, (-1, -1), dict(warps=4, block_q=64)),
+        (1, 2, 1, 77, 91, 20, 8, False, (5, 3), dict(warps=2, block_q=16)),
+    ])
+
+
+@pytest.mark.parametrize("storage", [F16, BF16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_matches_the_reference(storage, case):
+    rng, seed = fresh()
+    b, hq, hkv, sq, sk, d, dv, causal, window, tiles = CASES[case]
+    inputs, want = att_case(rng, b, hq, hkv, sq, sk, d, dv, storage, causal, window, scale=0.3)
+    got = run(inputs, causal, window, scale=0.3, **tiles)
+    lowp = lowp_backward(inputs, storage, causal, window, 0.3)
+    check_rule(got, want, lowp, f"case {CASES[case]}, seed {seed}")
+    if causal and sq > sk:  # the rows that see no key get no gradient
+        assert np.all(got[0][..., : sq - sk, :] == 0)
+
+
+def test_minus_inf_lse_and_negative_scale():
+    """A row marked as having seen nothing (LSE = −inf) contributes nothing; a negative
+    scale flips the scores (no max is subtracted here: LSE is the true normaliser)."""
+    rng, seed = fresh()
+    inputs, _ = att_case(rng, 1, 1, 1, 10, 12, 16, 16, F16, scale=-0.4)
+    do, q, k, v, o, lse = inputs
+    lse[0, 0, 3] = -np.inf
+    o[0, 0, 3] = 0
+    want = R.attention_backward(*(values(x) for x in (do, q, k, v, o)), lse, scale=-0.4)
+    got = run((do, q, k, v, o, lse), scale=-0.4)
+    assert np.all(got[0][0, 0, 3] == 0)
+    check_rule(got, want, lowp_backward((do, q, k, v, o, lse), F16, False, (-1, -1), -0.4),
+               f"seed {seed}")
+
+
+def test_public_api_takes_half_precision_to_tensor_cores(monkeypatch):
+    """``attention_backward`` on float16 NumPy arrays runs this kernel (the CUDA-core one
+    would meet the rule too, so which launch ran is what is checked)."""
+    calls = []
+    real = TC.launch
+    monkeypatch.setattr(TC, "launch", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    rng, seed = fresh()
+    inputs, want = att_case(rng, 1, 2, 1, 9, 11, 16, 16, F16, True, scale=0.3)
+    got = attention_backward(*inputs, causal=True, scale=0.3)  # (a shape no other test uses:
+    assert calls, "float16 did not reach the tensor-core kernel"  # no launch plan replays)
+    check_rule([g.astype(np.float64) for g in got], want,
+               lowp_backward(inputs, F16, True, (-1, -1), 0.3), f"seed {seed}")
+
+
+def test_tiles_are_checked():
+    t = TC.Tiles(128, 128)
+    assert (t.warps, t.block_q, t.block_k) == (8, 64, 128)
+    assert t.shared <= 227 * 1024
+    with pytest.raises(ValueError, match="block_q"):
+        TC.Tiles(64, 64, warps=2, block_q=48)
+    with pytest.raises(ValueError, match="block_q"):
+        TC.Tiles(64, 64, warps=4, block_q=24)
