@@ -81,6 +81,7 @@ CASES = sized(
         (1, 1, 1, 18, 21, 20, 8, False, (3, 2), {}),  # D % 8 ≠ 0: copies value by value
         (1, 1, 1, 33, 35, 16, 16, True, (-1, -1), dict(warps=2, block_q=32)),
         (1, 2, 1, 17, 19, 48, 16, False, (-1, -1), dict(warps=2, block_q=16)),  # 2 warps a dQ slice
+        (1, 1, 1, 12, 14, 7, 5, False, (-1, -1), {}),  # D odd: dQ by scalar atomic adds
     ],
     [
         (2, 4, 4, 200, 333, 64, 64, False, (-1, -1), {}),
@@ -90,6 +91,7 @@ CASES = sized(
         (1, 2, 2, 129, 130, 96, 96, True, (-1, -1), dict(warps=4, block_q=32)),
         (1, 2, 2, 100, 517, 128, 128, False, (-1, -1), dict(warps=4, block_q=64)),
         (1, 2, 1, 77, 91, 20, 8, False, (5, 3), dict(warps=2, block_q=16)),
+        (2, 3, 3, 50, 61, 31, 33, True, (-1, -1), {}),
     ])
 
 

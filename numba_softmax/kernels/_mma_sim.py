@@ -10,6 +10,7 @@ float64); each output is rounded once to float32, as the tensor cores accumulate
 
 import math
 import struct
+import threading
 
 import numpy as np
 
@@ -88,6 +89,19 @@ def _bits(value):
 def cp_async16(smem, i, src, row, col, ok):
     for e in range(8):  # synchronous here: the copy is complete when the call returns
         smem[i + e] = _bits(src[row, col + e]) if ok else 0
+
+
+def st_shared_b32(smem, i, word):
+    smem[i], smem[i + 1] = int(word) & 0xFFFF, int(word) >> 16
+
+
+_RED = threading.Lock()  # the lanes are threads: their adds must not interleave
+
+
+def red_add_v2(arr, i, j, r, c, x, y):
+    with _RED:
+        arr[i, j, r, c] += np.float32(x)
+        arr[i, j, r, c + 1] += np.float32(y)
 
 
 def cp_async_commit():

@@ -49,8 +49,8 @@ from . import attention_backward_io as io
 from . import jit, launcher
 from .attention_tc import LOG2E, PAD, _up16
 from .launcher import scratch
-from .mma import (cp_async_commit, cp_async_wait_all, for_dtype,
-                  ldmatrix_x4, ldmatrix_x4_trans)
+from .mma import (cp_async_commit, cp_async_wait_all, for_dtype, ldmatrix_x4,
+                  ldmatrix_x4_trans, red_add_v2, st_shared_b32)
 from .staging import aligned, stager
 
 MAX_HEAD_DIM = 128
@@ -108,6 +108,7 @@ def kernel(dtype, d, dv, warps, block_q, vec):
     stage_q = stager(dtype, THREADS, BR, d, DP, KS, vec)
     stage_o = stager(dtype, THREADS, BR, dv, DVP, VS, vec)
     inf = f32(math.inf)
+    PAIRS = d % 2 == 0  # dQ rows 8-byte aligned: red.global.add.v2
 
     @jit.device
     def stage_rows(smem, rows, q, do, lse, delta, b, h, i0, buf):
@@ -250,9 +251,8 @@ def kernel(dtype, d, dv, warps, block_q, vec):
                 for r in range(4):
                     n = 2 * kb + (r >> 1)
                     pf[kb, r] = pack(dp[n, 2 * (r & 1)], dp[n, 2 * (r & 1) + 1])
-                    at = S0 + (kw + g + 8 * (r & 1)) * PS + 16 * kb + 8 * (r >> 1) + 2 * t
-                    smem[at] = u16(pf[kb, r] & 0xFFFF)
-                    smem[at + 1] = u16(pf[kb, r] >> 16)
+                    st_shared_b32(smem, S0 + (kw + g + 8 * (r & 1)) * PS + 16 * kb
+                                  + 8 * (r >> 1) + 2 * t, pf[kb, r])
             for kb in range(KB):
                 for n2 in range(ND // 2):
                     b0, b1, b2, b3 = ldmatrix_x4_trans(
@@ -275,17 +275,23 @@ def kernel(dtype, d, dv, warps, block_q, vec):
                             smem, K0 + (16 * kb + kn_row) * KS + kn_col + 16 * c)
                         mma(dqf, 2 * ci, af, 0, b0, b1)
                         mma(dqf, 2 * ci + 1, af, 0, b2, b3)
-            for ci in range(CH):
+            for ci in range(CH):  # two adjacent columns a lane: one vector add (D even)
                 c = c_first + ci * SPLIT
                 for rr in range(2):
                     row = i0 + 16 * rs + g + 8 * rr
                     if c < KD and row < sq:
                         for hh in range(2):
-                            for e in range(2):
-                                col = 16 * c + 8 * hh + 2 * t + e
+                            col = 16 * c + 8 * hh + 2 * t
+                            x0 = dqf[2 * ci + hh, 2 * rr] * sc
+                            x1 = dqf[2 * ci + hh, 2 * rr + 1] * sc
+                            if PAIRS:
                                 if col < d:
-                                    cuda.atomic.add(dq_acc, (b, h, row, col),
-                                                    dqf[2 * ci + hh, 2 * rr + e] * sc)
+                                    red_add_v2(dq_acc, b, h, row, col, x0, x1)
+                            else:
+                                if col < d:
+                                    cuda.atomic.add(dq_acc, (b, h, row, col), x0)
+                                if col + 1 < d:
+                                    cuda.atomic.add(dq_acc, (b, h, row, col + 1), x1)
 
         for rr in range(2):  # dK_j = scale·Σ dSᵀQ and dV_j = Σ PᵀdO: written once
             key = j0 + kw + g + 8 * rr

@@ -51,6 +51,10 @@ compile-time constants only, so that they stay in registers):
                                     close a group of copies; wait until all have landed
     max_nan(a, b)                   :func:`numba_softmax.combine.larger` (a NaN wins) in one
                                     instruction, ``max.NaN.f32``, instead of four
+    st_shared_b32(smem, i, w)       smem[i], smem[i+1] ← the two halves of the uint32 w
+                                    (one 4-byte store; i even)
+    red_add_v2(a, i, j, r, c, x, y) a[i, j, r, c] += x and a[i, j, r, c+1] += y, atomically,
+                                    in one ``red.global.add.v2.f32`` (a float32, 8-byte aligned)
 
 ``smem`` is a uint16 shared array (the 16-bit values' bits); ``ldmatrix`` needs each row
 16-byte aligned, ``cp_async16`` needs 16-byte aligned source and destination.
@@ -68,7 +72,8 @@ if simulator_enabled():
     from ..combine import larger as max_nan  # noqa: F401
     from ._mma_sim import (  # noqa: F401
         cp_async16, cp_async_commit, cp_async_wait_all, ldmatrix_x4,
-        ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2,
+        ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, red_add_v2,
+        st_shared_b32,
     )
 else:
     from llvmlite import ir
@@ -199,6 +204,30 @@ else:
             return _asm(builder, _F32, [a_, b_], "max.NaN.f32 $0, $1, $2;", "=f,f,f")
 
         return types.float32(a, b), codegen
+
+    @intrinsic
+    def st_shared_b32(typingctx, smem, i, word):
+        def codegen(context, builder, sig, args):
+            addr = _shared(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+            w = context.cast(builder, args[2], sig.args[2], types.uint32)
+            _asm(builder, ir.VoidType(), [addr, w], "st.shared.b32 [$0], $1;", "r,r,~{memory}",
+                 side_effect=True)
+            return context.get_dummy_value()
+
+        return types.void(smem, i, word), codegen
+
+    @intrinsic
+    def red_add_v2(typingctx, arr, i, j, r, c, x, y):
+        def codegen(context, builder, sig, args):
+            ptr = _item(context, builder, sig.args[0], args[0],
+                        [(args[n], sig.args[n]) for n in range(1, 5)])
+            xs = [context.cast(builder, args[n], sig.args[n], types.float32) for n in (5, 6)]
+            _asm(builder, ir.VoidType(), [_address(builder, ptr, 1, 64)] + xs,
+                 "red.relaxed.gpu.global.add.v2.f32 [$0], {$1, $2};", "l,f,f,~{memory}",
+                 side_effect=True)
+            return context.get_dummy_value()
+
+        return types.void(arr, i, j, r, c, x, y), codegen
 
     cp_async_commit = _plain("cp.async.commit_group;")
     cp_async_wait_all = _plain("cp.async.wait_group 0;")
