@@ -50,11 +50,10 @@ from . import jit, launcher
 from .attention_tc import LOG2E, PAD, _up16
 from .launcher import scratch
 from .mma import (cp_async_commit, cp_async_wait_all, for_dtype, ldmatrix_x4,
-                  ldmatrix_x4_trans, red_add_v4, st_shared_b32)
+                  ldmatrix_x4_trans, red_add_v2, st_shared_b32)
 from .staging import aligned, stager
 
 MAX_HEAD_DIM = 128
-FULL = 0xFFFFFFFF
 
 
 class Tiles:
@@ -109,7 +108,7 @@ def kernel(dtype, d, dv, warps, block_q, vec):
     stage_q = stager(dtype, THREADS, BR, d, DP, KS, vec)
     stage_o = stager(dtype, THREADS, BR, dv, DVP, VS, vec)
     inf = f32(math.inf)
-    QUADS = d % 4 == 0  # dQ rows 16-byte aligned: red.global.add.v4
+    PAIRS = d % 2 == 0  # dQ rows 8-byte aligned: red.global.add.v2
 
     @jit.device
     def stage_rows(smem, rows, q, do, lse, delta, b, h, i0, buf):
@@ -276,34 +275,23 @@ def kernel(dtype, d, dv, warps, block_q, vec):
                             smem, K0 + (16 * kb + kn_row) * KS + kn_col + 16 * c)
                         mma(dqf, 2 * ci, af, 0, b0, b1)
                         mma(dqf, 2 * ci + 1, af, 0, b2, b3)
-            # the adds: lanes t, t^1 swap halves so that each holds 4 adjacent columns of
-            # one row (even t: row g, odd t: row g+8) — one 16-byte vector add (D % 4 = 0)
-            for ci in range(CH):
+            for ci in range(CH):  # two adjacent columns a lane: one vector add (D even)
                 c = c_first + ci * SPLIT
-                if c < KD:
-                    for hh in range(2):
-                        n, col = 2 * ci + hh, 16 * c + 8 * hh + 2 * t
-                        if QUADS:
-                            odd = t & 1  # (all four swapped: a select between two
-                            got0 = cuda.shfl_xor_sync(FULL, dqf[n, 0], 1)  # fragment values
-                            got1 = cuda.shfl_xor_sync(FULL, dqf[n, 1], 1)  # would put dqf in
-                            got2 = cuda.shfl_xor_sync(FULL, dqf[n, 2], 1)  # local memory)
-                            got3 = cuda.shfl_xor_sync(FULL, dqf[n, 3], 1)
-                            row = i0 + 16 * rs + g + 8 * odd
-                            if row < sq and col - 2 * odd < d:
-                                if odd:
-                                    red_add_v4(dq_acc, b, h, row, col - 2, got2 * sc, got3 * sc,
-                                               dqf[n, 2] * sc, dqf[n, 3] * sc)
-                                else:
-                                    red_add_v4(dq_acc, b, h, row, col, dqf[n, 0] * sc,
-                                               dqf[n, 1] * sc, got0 * sc, got1 * sc)
-                        else:
-                            for rr in range(2):
-                                row = i0 + 16 * rs + g + 8 * rr
-                                for e in range(2):
-                                    if row < sq and col + e < d:
-                                        cuda.atomic.add(dq_acc, (b, h, row, col + e),
-                                                        dqf[n, 2 * rr + e] * sc)
+                for rr in range(2):
+                    row = i0 + 16 * rs + g + 8 * rr
+                    if c < KD and row < sq:
+                        for hh in range(2):
+                            col = 16 * c + 8 * hh + 2 * t
+                            x0 = dqf[2 * ci + hh, 2 * rr] * sc
+                            x1 = dqf[2 * ci + hh, 2 * rr + 1] * sc
+                            if PAIRS:
+                                if col < d:
+                                    red_add_v2(dq_acc, b, h, row, col, x0, x1)
+                            else:
+                                if col < d:
+                                    cuda.atomic.add(dq_acc, (b, h, row, col), x0)
+                                if col + 1 < d:
+                                    cuda.atomic.add(dq_acc, (b, h, row, col + 1), x1)
 
         for rr in range(2):  # dK_j = scale·Σ dSᵀQ and dV_j = Σ PᵀdO: written once
             key = j0 + kw + g + 8 * rr

@@ -53,9 +53,8 @@ compile-time constants only, so that they stay in registers):
                                     instruction, ``max.NaN.f32``, instead of four
     st_shared_b32(smem, i, w)       smem[i], smem[i+1] ← the two halves of the uint32 w
                                     (one 4-byte store; i even)
-    red_add_v4(a, i, j, r, c, x0, x1, x2, x3)
-                                    a[i, j, r, c + e] += x_e, e < 4, atomically, in one
-                                    ``red.global.add.v4.f32`` (a float32, 16-byte aligned)
+    red_add_v2(a, i, j, r, c, x, y) a[i, j, r, c] += x and a[i, j, r, c+1] += y, atomically,
+                                    in one ``red.global.add.v2.f32`` (a float32, 8-byte aligned)
 
 ``smem`` is a uint16 shared array (the 16-bit values' bits); ``ldmatrix`` needs each row
 16-byte aligned, ``cp_async16`` needs 16-byte aligned source and destination.
@@ -73,7 +72,7 @@ if simulator_enabled():
     from ..combine import larger as max_nan  # noqa: F401
     from ._mma_sim import (  # noqa: F401
         cp_async16, cp_async_commit, cp_async_wait_all, ldmatrix_x4,
-        ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, red_add_v4,
+        ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, red_add_v2,
         st_shared_b32,
     )
 else:
@@ -218,17 +217,17 @@ else:
         return types.void(smem, i, word), codegen
 
     @intrinsic
-    def red_add_v4(typingctx, arr, i, j, r, c, x0, x1, x2, x3):
+    def red_add_v2(typingctx, arr, i, j, r, c, x, y):
         def codegen(context, builder, sig, args):
             ptr = _item(context, builder, sig.args[0], args[0],
                         [(args[n], sig.args[n]) for n in range(1, 5)])
-            xs = [context.cast(builder, args[n], sig.args[n], types.float32) for n in range(5, 9)]
+            xs = [context.cast(builder, args[n], sig.args[n], types.float32) for n in (5, 6)]
             _asm(builder, ir.VoidType(), [_address(builder, ptr, 1, 64)] + xs,
-                 "red.relaxed.gpu.global.add.v4.f32 [$0], {$1, $2, $3, $4};",
-                 "l,f,f,f,f,~{memory}", side_effect=True)
+                 "red.relaxed.gpu.global.add.v2.f32 [$0], {$1, $2};", "l,f,f,~{memory}",
+                 side_effect=True)
             return context.get_dummy_value()
 
-        return types.void(arr, i, j, r, c, x0, x1, x2, x3), codegen
+        return types.void(arr, i, j, r, c, x, y), codegen
 
     cp_async_commit = _plain("cp.async.commit_group;")
     cp_async_wait_all = _plain("cp.async.wait_group 0;")
