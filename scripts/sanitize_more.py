@@ -83,6 +83,23 @@ def backward_cases(sim):
 
         return run
 
+    def attn_tc(dtype, sq, sk, d, causal, hq, hkv):  # fp16 / bf16: the tensor-core kernel
+        def run():
+            torch = _torch()
+            g = torch.Generator(device="cuda").manual_seed(sq * 100 + sk + d)
+            q, do = (torch.randn(1, hq, sq, d, device="cuda", generator=g).to(dtype) for _ in "qo")
+            k, v = (torch.randn(1, hkv, sk, d, device="cuda", generator=g).to(dtype) for _ in "kv")
+            o, lse = ns.attention(q, k, v, causal=causal, return_lse=True)
+            got = ns.attention_backward(do, q, k, v, o, lse, causal=causal)
+            host = [t.float().cpu().numpy().astype(np.float64) for t in (do, q, k, v, o, lse)]
+            want = R.attention_backward(*host, causal=causal)
+            tol = 2e-2 if dtype == torch.float16 else 8e-2
+            for a, w in zip(got, want):
+                err = np.max(np.abs(a.float().cpu().numpy() - w))
+                assert err <= tol * max(1.0, np.max(np.abs(w))), f"error {err}"
+
+        return run
+
     shapes = [(3, 37), (2, 300)] if sim else [(3, 37), (5, 1001), (2, 70000)]
     cases = [Case(f"backward:{m}:{s[0]}x{s[1]}", rows(m, s)) for m in ("softmax", "log_softmax")
              for s in shapes]
@@ -90,6 +107,14 @@ def backward_cases(sim):
         for causal in (False, True):
             cases.append(Case(f"attention_backward:{sq}x{sk}:{'causal' if causal else 'full'}",
                               attn(sq, sk, causal)))
+    torch = None if sim else _torch()
+    if torch is not None:  # (the simulator's tensor-core emulation has its own tests)
+        for dtype, name in ((torch.float16, "float16"), (torch.bfloat16, "bfloat16")):
+            for sq, sk, d, causal, hq, hkv in [(37, 129, 40, True, 4, 2), (129, 37, 20, False, 2, 2),
+                                               (70, 70, 128, True, 2, 1)]:
+                cases.append(Case(f"attention_backward_tc:{name}:{sq}x{sk}:D{d}:"
+                                  f"{'causal' if causal else 'full'}:h{hq}/{hkv}",
+                                  attn_tc(dtype, sq, sk, d, causal, hq, hkv)))
     return cases
 
 
