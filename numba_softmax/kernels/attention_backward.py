@@ -52,7 +52,6 @@ from ..combine import weight_device
 from . import attention_backward_io as io
 from . import jit, launcher
 from .jit import accumulator
-from .launcher import scratch
 
 MAX_HEAD_DIM = 128
 GROUP = 8  # column groups per warp: lanes that share a row
@@ -267,35 +266,17 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), sc
     uint16 (bfloat16), float32, float64; any strides.  ``window=(left, right)``: −1 is
     unbounded; ``causal`` adds right <= 0.  ``tiles``: (Br, Bc, W) to force (default
     :func:`fit_tiles`; ``small``: the simulator's)."""
-    n_b, n_h, sq, d = q.shape
-    n_kv, sk, dvh = k.shape[1], k.shape[2], v.shape[3]
-    if not (1 <= d <= MAX_HEAD_DIM and 1 <= dvh <= MAX_HEAD_DIM):
-        raise ValueError(f"head dimensions must be between 1 and {MAX_HEAD_DIM}, got D={d}, "
-                         f"Dv={dvh}")
-    if n_kv == 0 or n_h % n_kv:
-        raise ValueError(f"q has {n_h} heads, k and v {n_kv}: a multiple is needed (GQA)")
-    if n_b * n_h > 65535:
-        raise ValueError(f"at most 65535 batch·heads per launch, got {n_b * n_h}")
-    left, right = (int(w) for w in window)
-    if causal:
-        right = 0 if right < 0 else min(right, 0)
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    d, dvh = q.shape[3], v.shape[3]
     acc_name = accumulator(q.dtype).name
-    rows = n_b * n_h * sq
-    # preprocess: D = rowsum(dO ∘ O), the dQ accumulator zeroed (float32/64: dQ itself)
-    delta = scratch((n_b, n_h, max(sq, 1)), acc_name, stream, "delta")
-    dq_acc = dq if dq.dtype.itemsize >= 4 else scratch((n_b, n_h, sq, d), "float32", stream, "dq")
-    if rows:
-        grid = (-(-sq * io.LANES // io.THREADS), n_b * n_h)
-        launcher.launch(io.preprocess(q.dtype), grid, io.THREADS, stream, (do, o, delta, dq_acc))
-    if n_b * n_kv * sk:  # the main kernel (with Sq = 0 it writes dK = dV = 0)
+
+    def main(delta, dq_acc, scale, left, right):
         block_q, block_k, warps = tiles or fit_tiles(d, dvh, q.dtype.itemsize, small)
         check_tiles(block_q, block_k, warps)
         bwd, threads = kernel(q.dtype, d, dvh, block_q, block_k, warps)
         shared = layout(d, dvh, block_q, block_k)[1] * (8 if acc_name == "float64" else 4)
-        launcher.launch(bwd, (-(-sk // block_k), n_b * n_kv), threads, stream,
-                        (do, q, k, v, lse, delta, dq_acc, dk, dv, scale, left, right),
+        launcher.launch(bwd, (-(-k.shape[2] // block_k), k.shape[0] * k.shape[1]), threads,
+                        stream, (do, q, k, v, lse, delta, dq_acc, dk, dv, scale, left, right),
                         shared=shared)
-    if dq_acc is not dq and rows:  # float16/bfloat16: round the accumulator into dQ
-        grid = (-(-sq * d // io.THREADS), n_b * n_h)
-        launcher.launch(io.convert(q.dtype), grid, io.THREADS, stream, (dq_acc, dq))
+
+    io.launch(main, do, q, k, v, o, dq, causal=causal, window=window, scale=scale,
+              stream=stream, max_head_dim=MAX_HEAD_DIM)

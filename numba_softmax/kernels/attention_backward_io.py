@@ -10,14 +10,18 @@ stager and the two small kernels around it.
                 8 lanes per row, a 3-step shuffle sum; reads dO and O once (2·Sq·Dv·b bytes).
 ``convert``     dQ = the float32 accumulator, rounded to dQ's storage type (float16 and
                 bfloat16; float32 and float64 gradients accumulate in dQ itself).
+``launch``      what every attention backward launches around its main kernel: the
+                checks, the window, preprocess, then the main kernel, then convert.
 """
 
 import functools
+import math
 
 from numba import cuda
 
-from . import jit
+from . import jit, launcher
 from .jit import accumulator
+from .launcher import scratch
 
 FULL_MASK = 0xFFFFFFFF
 LANES = 8  # lanes per row in the preprocess kernel
@@ -96,3 +100,34 @@ def convert(dtype):
             dq[b, h, e // d, e % d] = store(dq_acc[b, h, e // d, e % d])
 
     return round_dq
+
+
+def launch(main, do, q, k, v, o, dq, *, causal, window, scale, stream, max_head_dim):
+    """Check the shapes, fold ``causal`` into the window (right <= 0), launch preprocess,
+    then ``main(delta, dq_acc, scale, left, right)`` — the main kernel, skipped when there
+    is no key (dK, dV are empty) — then convert when dQ is 16-bit (its accumulator is a
+    float32 scratch buffer; float32 and float64 accumulate in dQ itself)."""
+    n_b, n_h, sq, d = q.shape
+    n_kv, sk, dv = k.shape[1], k.shape[2], v.shape[3]
+    if not (1 <= d <= max_head_dim and 1 <= dv <= max_head_dim):
+        raise ValueError(f"head dimensions must be between 1 and {max_head_dim}, got D={d}, "
+                         f"Dv={dv}")
+    if n_kv == 0 or n_h % n_kv:
+        raise ValueError(f"q has {n_h} heads, k and v {n_kv}: a multiple is needed (GQA)")
+    if n_b * n_h > 65535:
+        raise ValueError(f"at most 65535 batch·heads per launch, got {n_b * n_h}")
+    left, right = (int(w) for w in window)
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    rows = n_b * n_h * sq
+    delta = scratch((n_b, n_h, max(sq, 1)), accumulator(q.dtype).name, stream, "delta")
+    dq_acc = dq if dq.dtype.itemsize >= 4 else scratch((n_b, n_h, sq, d), "float32", stream, "dq")
+    if rows:  # D = rowsum(dO ∘ O), the dQ accumulator zeroed
+        grid = (-(-sq * LANES // THREADS), n_b * n_h)
+        launcher.launch(preprocess(q.dtype), grid, THREADS, stream, (do, o, delta, dq_acc))
+    if n_b * n_kv * sk:  # (with Sq = 0 the main kernel writes dK = dV = 0)
+        main(delta, dq_acc, scale, left, right)
+    if dq_acc is not dq and rows:  # round the accumulator into dQ
+        grid = (-(-sq * d // THREADS), n_b * n_h)
+        launcher.launch(convert(q.dtype), grid, THREADS, stream, (dq_acc, dq))

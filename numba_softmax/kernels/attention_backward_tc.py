@@ -48,7 +48,6 @@ from .._sim import simulator_enabled
 from . import attention_backward_io as io
 from . import jit, launcher
 from .attention_tc import LOG2E, PAD, _up16
-from .launcher import scratch
 from .mma import (cp_async_commit, cp_async_wait_all, for_dtype, ldmatrix_x4,
                   ldmatrix_x4_trans, red_add_v2, st_shared_b32)
 from .staging import aligned, stager
@@ -313,34 +312,16 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), sc
     """dQ, dK, dV into ``dq``, ``dk``, ``dv`` as :func:`.attention_backward.launch`, for
     float16 or bfloat16 (uint16) storage; 1 <= D, Dv <= 128.  ``tile_options``: those of
     :class:`Tiles`."""
-    n_b, n_h, sq, d = q.shape
-    n_kv, sk, dvh = k.shape[1], k.shape[2], v.shape[3]
     for_dtype(q.dtype)  # TypeError unless float16 or bfloat16 bits
-    if not (1 <= d <= MAX_HEAD_DIM and 1 <= dvh <= MAX_HEAD_DIM):
-        raise ValueError(f"head dimensions must be between 1 and {MAX_HEAD_DIM}, got D={d}, "
-                         f"Dv={dvh}")
-    if n_kv == 0 or n_h % n_kv:
-        raise ValueError(f"q has {n_h} heads, k and v {n_kv}: a multiple is needed (GQA)")
-    if n_b * n_kv > 65535:
-        raise ValueError(f"at most 65535 batch·K/V heads per launch, got {n_b * n_kv}")
-    left, right = (int(w) for w in window)
-    if causal:
-        right = 0 if right < 0 else min(right, 0)
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    rows = n_b * n_h * sq
-    # preprocess: D = rowsum(dO ∘ O), the float32 dQ accumulator zeroed
-    delta = scratch((n_b, n_h, max(sq, 1)), "float32", stream, "delta")
-    dq_acc = scratch((n_b, n_h, sq, d), "float32", stream, "dq")
-    if rows:
-        grid = (-(-sq * io.LANES // io.THREADS), n_b * n_h)
-        launcher.launch(io.preprocess(q.dtype), grid, io.THREADS, stream, (do, o, delta, dq_acc))
-    if n_b * n_kv * sk:  # the main kernel (with Sq = 0 it writes dK = dV = 0)
+    d, dvh = q.shape[3], v.shape[3]
+
+    def main(delta, dq_acc, scale, left, right):
         tiles = Tiles(d, dvh, small=small, **tile_options)
         vec = all(aligned(x) for x in (q, k, v, do))
         bwd, threads = kernel(q.dtype, d, dvh, tiles.warps, tiles.block_q, vec)
-        launcher.launch(bwd, (-(-sk // tiles.block_k), n_b * n_kv), threads, stream,
-                        (do, q, k, v, lse, delta, dq_acc, dk, dv, scale, left, right),
+        launcher.launch(bwd, (-(-k.shape[2] // tiles.block_k), k.shape[0] * k.shape[1]), threads,
+                        stream, (do, q, k, v, lse, delta, dq_acc, dk, dv, scale, left, right),
                         shared=tiles.shared)
-    if rows:  # round the accumulator into dQ
-        grid = (-(-sq * d // io.THREADS), n_b * n_h)
-        launcher.launch(io.convert(q.dtype), grid, io.THREADS, stream, (dq_acc, dq))
+
+    io.launch(main, do, q, k, v, o, dq, causal=causal, window=window, scale=scale,
+              stream=stream, max_head_dim=MAX_HEAD_DIM)
