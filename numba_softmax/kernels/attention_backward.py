@@ -27,7 +27,7 @@ heads by a loop** over the group's query heads: summed on chip, written once.
 Work per (batch·query head): 10·Sq·Sk·D FLOPs (2.5× the forward's 4·Sq·Sk·D), about half
 with ``causal`` (hidden tiles are never visited).  K, V are read once, Q, dO once per key
 tile (mostly from L2).  fp32 FMAs on CUDA cores, float16 and bfloat16 loaded into float32
-(the tensor-core backward is a later chapter).
+(the public API sends those to the tensor-core version, :mod:`.attention_backward_tc`).
 
 Thread layout (W warps; lane = 8·rg + cg, rg < 4 row groups, cg < 8 column groups)::
 
