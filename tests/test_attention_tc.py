@@ -215,3 +215,33 @@ def test_bad_input_is_refused():
         TC.launch(q, q, q, o, lse, warps=3)
     with pytest.raises(ValueError, match="varlen"):
         TC.launch(q, q, q, o, lse, cu_seqlens_q=cuda.to_device(np.zeros(2, np.int32)))
+
+
+@pytest.mark.skipif(SIMULATOR, reason="GPU only: Sq = Sk = 65536")
+def test_memory_stays_linear_at_65536():
+    """fp16, Sq = Sk = 65536, D = 64, causal: the score matrix would be 8 GiB in fp16; the
+    kernel writes O and LSE and allocates nothing else.  A few rows against float64."""
+    s, d = 65536, 64
+    rng, seed = fresh()
+    (q, k, v), (qv, kv, vv) = inputs(rng, F16, (1, 1), (1, 1), s, s, d, d)
+    dq, dk, dv = (cuda.to_device(x) for x in (q, k, v))
+    o = cuda.device_array((1, 1, s, d), np.float16)
+    lse = cuda.device_array((1, 1, s), np.float32)
+    TC.launch(dq[:, :, :128], dk[:, :, :128], dv[:, :, :128], o[:, :, :128], lse[:, :, :128],
+              causal=True)  # compile and load before measuring
+    ctx = cuda.current_context()
+    with cuda.defer_cleanup():
+        cuda.synchronize()
+        free_before = ctx.get_memory_info().free
+        TC.launch(dq, dk, dv, o, lse, causal=True)
+        cuda.synchronize()
+        used = free_before - ctx.get_memory_info().free
+    assert used <= 2 * 2**20, f"{used} bytes allocated by the kernel at S = {s}"
+    rows = np.array([0, 1, 4095, s // 2, s - 1])
+    o_h, lse_h = o.copy_to_host()[0, 0, rows].astype(np.float64), lse.copy_to_host()[0, 0, rows]
+    for r, o_r, lse_r in zip(rows, o_h, lse_h):
+        ref_o, ref_lse = R.attention(qv[0, 0, r : r + 1], kv[0, 0, : r + 1], vv[0, 0, : r + 1],
+                                     return_lse=True)
+        np.testing.assert_allclose(o_r, ref_o[0], rtol=2e-2, atol=2e-3,
+                                   err_msg=f"row {r}, seed {seed}")
+        np.testing.assert_allclose(lse_r, ref_lse[0], rtol=1e-4, atol=1e-4)
