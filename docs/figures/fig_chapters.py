@@ -1,4 +1,5 @@
-"""The later chapters: an mma accumulator fragment, the backward's tile order, the top-k fold."""
+"""The later chapters: an mma accumulator fragment, the backward's tile order, the
+tensor-core backward's warps, the top-k fold."""
 
 from _style import CHIP, IDLE, MEMORY, STATE, arrow, box, canvas, save
 
@@ -75,6 +76,53 @@ def backward_order(tr=5, tc=6, j=2):
     return save(fig, "backward_order.svg")
 
 
+def backward_tc_warps(warps=4, br=4):
+    """The tensor-core backward: each warp's 16 keys are mma rows; dSᵀ through shared
+    memory, read back transposed for dQ."""
+    fig, ax = canvas(10.2, 4.3)
+    cw, rh, gx, gy = 0.42, 0.62, 0.25, 0.55
+    top = gy + warps * rh
+    ax.text(gx, top + 0.55, "block of key tile j: Bc = 16·W keys", fontsize=8.5)
+    for q in range(2 * br):
+        ax.text(gx + (q + 0.5) * cw, top + 0.12, f"{8 * q}", ha="center", fontsize=6)
+    ax.text(gx + br * cw, top + 0.3, "query columns of tile i (Br)", ha="center", fontsize=7)
+    for w in range(warps):
+        y = top - (w + 1) * rh
+        for q in range(2 * br):
+            box(ax, gx + q * cw, y, cw, rh, color=QUADS[w], lw=0.4)
+        ax.text(gx + br * cw, y + rh / 2, f"warp {w}: keys {16 * w}…{16 * w + 15}\n"
+                "Sᵀ → Pᵀ,  dPᵀ → dSᵀ", ha="center", va="center", fontsize=7)
+        bx = gx + 2 * br * cw + 0.5
+        arrow(ax, gx + 2 * br * cw + 0.05, y + rh / 2, bx - 0.05, y + rh / 2, lw=0.7)
+        box(ax, bx, y + 0.06, 1.9, rh - 0.12, f"dK_{w}, dV_{w} += …\n(accumulators, whole block)",
+            color=STATE, size=6.5)
+    ax.text(gx, gy - 0.3, "registers: Pᵀ, dSᵀ sit in the accumulators exactly as the A operand "
+            "of PᵀdO, dSᵀQ needs them", fontsize=7.5, style="italic")
+    sx = gx + 2 * br * cw + 2.8
+    box(ax, sx, gy + 0.2, 1.6, warps * rh - 0.4, "dSᵀ\n(shared memory,\nBc × Br, 16-bit)",
+        color=CHIP, size=7.5)
+    for w in range(warps):
+        y = top - (w + 1) * rh + rh / 2
+        arrow(ax, gx + 2 * br * cw + 2.45, y, sx - 0.03, y, lw=0.5, color="#777777")
+        ax.text(gx + 2 * br * cw + 2.62, y + 0.05, "its dSᵀ", fontsize=6, color="#555555")
+    ax.text(sx + 0.8, top + 0.1, "barrier", ha="center", fontsize=7, style="italic")
+    qx = sx + 2.1
+    notes = ["dQᵢ += scale · dS Kⱼ:",
+             "  warp w takes 16 query rows (and a share",
+             "  of the D columns) and reads dS with",
+             "  ldmatrix.trans — stored rows of keys",
+             "  become A fragments with queries as rows;",
+             "  Kⱼ (keys × D) is the B operand, also",
+             "  read transposed.",
+             "",
+             "the slice is added to a float32 dQ",
+             "accumulator in memory, two columns a",
+             "lane per red.global.add.v2.f32"]
+    arrow(ax, sx + 1.63, gy + warps * rh / 2, qx - 0.05, gy + warps * rh / 2, lw=0.9)
+    ax.text(qx, top + 0.35, "\n".join(notes), va="top", fontsize=7.5, linespacing=1.4)
+    return save(fig, "backward_tc_warps.svg")
+
+
 def topk_fold(k=3):
     """Chunk states (m, ℓ, top-k) merged by the combiner, then only k values written."""
     fig, ax = canvas(9.6, 3.5)
@@ -105,4 +153,4 @@ def topk_fold(k=3):
 
 
 def make():
-    return [mma_fragment(), backward_order(), topk_fold()]
+    return [mma_fragment(), backward_order(), backward_tc_warps(), topk_fold()]
