@@ -176,16 +176,19 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), sc
         do4, q4, k4, v4, o4 = (heads.view(ds[n], 2, stream) for n in ("do", "q", "k", "v", "o"))
         lse3 = heads.view(ds["lse"], 1, stream)
         outs = [heads.output(kind, s, dtype, q, 2, stream) for s in shapes]
-        _backward_kernel(dtype).launch(do4, q4, k4, v4, o4, lse3, *(dev for _, dev in outs),
+        _backward_kernel(dtype, scale).launch(do4, q4, k4, v4, o4, lse3, *(dev for _, dev in outs),
                                        causal=causal, window=window, scale=scale, stream=stream,
                                        small=plans.simulator_enabled())
         return rec.done(_Grads(kind, dtype), *(buf for buf, _ in outs))
 
 
-def _backward_kernel(dtype):
-    """float16 / bfloat16 on tensor cores (:mod:`.kernels.attention_backward_tc`); float32
-    and float64 on CUDA cores (:mod:`.kernels.attention_backward`)."""
-    return _tensor_cores if dtype in (np.dtype(np.float16), kinds.BFLOAT16) else _attention_kernel
+def _backward_kernel(dtype, scale):
+    """float16 / bfloat16 on tensor cores (:mod:`.kernels.attention_backward_tc`); float32,
+    float64 and a zero ``scale`` on CUDA cores (:mod:`.kernels.attention_backward`): the
+    tensor-core kernel masks a score by making scale·s = −inf, which a zero scale cannot
+    (as the forward, :func:`numba_softmax.attention`, does for the same reason)."""
+    half = dtype in (np.dtype(np.float16), kinds.BFLOAT16)
+    return _tensor_cores if half and scale != 0 else _attention_kernel
 
 
 def _bad_flag(value):

@@ -171,6 +171,16 @@ def test_public_api_takes_half_precision_to_tensor_cores(monkeypatch):
                lowp_backward(inputs, F16, True, (-1, -1), 0.3), f"seed {seed}")
 
 
+def test_zero_scale_goes_to_cuda_cores():
+    """scale = 0 (every visible key weighs the same): the tensor-core kernel cannot mask by
+    scale·s = −inf, so the public API takes the CUDA-core kernel — finite, and right."""
+    rng, seed = fresh()
+    inputs, want = att_case(rng, 1, 2, 1, 9, 7, 16, 16, F16, True, scale=0.0)
+    got = attention_backward(*inputs, causal=True, scale=0.0)
+    lowp = lowp_backward(inputs, F16, True, (-1, -1), 0.0)
+    check_rule([g.astype(np.float64) for g in got], want, lowp, f"seed {seed}")
+
+
 def test_tiles_are_checked():
     t = TC.Tiles(128, 128)
     assert (t.warps, t.block_q, t.block_k) == (8, 64, 128)

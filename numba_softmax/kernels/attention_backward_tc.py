@@ -58,8 +58,8 @@ MAX_HEAD_DIM = 128
 class Tiles:
     """A launch configuration: ``warps`` W (Bc = 16·W keys a block, 16 a warp) and
     ``block_q`` Br query rows a tile (a multiple of 16 with Br/16 dividing W: each warp
-    takes one 16-row slice of dQ).  Default: W = 8, Br = 64 (1 block of 8 warps a
-    multiprocessor at D = 128, 2 at D = 64); the simulator's: W = 1, Br = 16."""
+    takes one 16-row slice of dQ).  Default: W = 8, Br = 64 (one block of 8 warps a
+    multiprocessor: 244–254 registers a thread); the simulator's: W = 1, Br = 16."""
 
     def __init__(self, d, dv, warps=None, block_q=None, small=False):
         if small:
@@ -310,8 +310,8 @@ def kernel(dtype, d, dv, warps, block_q, vec):
 def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), scale=None,
            stream=0, small=False, **tile_options):
     """dQ, dK, dV into ``dq``, ``dk``, ``dv`` as :func:`.attention_backward.launch`, for
-    float16 or bfloat16 (uint16) storage; 1 <= D, Dv <= 128.  ``tile_options``: those of
-    :class:`Tiles`."""
+    float16 or bfloat16 (uint16) storage; 1 <= D, Dv <= 128; a nonzero ``scale`` (a
+    masked score is one whose scale·s is −inf).  ``tile_options``: those of :class:`Tiles`."""
     for_dtype(q.dtype)  # TypeError unless float16 or bfloat16 bits
     d, dvh = q.shape[3], v.shape[3]
 
