@@ -161,6 +161,29 @@ def test_max_nan_keeps_nan_on_either_side():
     np.testing.assert_array_equal(out.copy_to_host(), [np.nan, np.nan, 3, -np.inf, np.nan, 5])
 
 
+@jit.kernel
+def _store_and_add_kernel(words, halves, acc):
+    lane = cuda.threadIdx.x
+    smem = cuda.shared.array(0, numba.uint16)
+    M.st_shared_b32(smem, 2 * lane, words[lane])  # one 4-byte store: two 16-bit halves
+    cuda.syncthreads()  # every lane's word is stored before any is read back
+    halves[2 * lane], halves[2 * lane + 1] = smem[2 * lane], smem[2 * lane + 1]
+    for rep in range(4):  # 32 lanes × 4 adds land on the same two floats: atomic
+        M.red_add_v2(acc, 0, 0, 0, 2 * (lane % 2), numba.float32(1.0), numba.float32(0.5))
+
+
+def test_st_shared_b32_and_red_add_v2():
+    """The 32-bit store puts the lower half first; the paired add is atomic per float."""
+    rng, seed = fresh()
+    words = rng.integers(0, 2**32, size=32, dtype=np.uint64).astype(np.uint32)
+    halves = cuda.to_device(np.zeros(64, np.uint16))
+    acc = cuda.to_device(np.zeros((1, 1, 1, 4), np.float32))
+    _store_and_add_kernel[1, 32, 0, 128](words, halves, acc)
+    want = np.stack([words & 0xFFFF, words >> 16], axis=1).reshape(-1).astype(np.uint16)
+    assert np.array_equal(halves.copy_to_host(), want), f"seed {seed}"
+    np.testing.assert_array_equal(acc.copy_to_host()[0, 0, 0], [64, 32, 64, 32])
+
+
 def test_for_dtype_refuses_other_types():
     assert M.for_dtype(np.float16)[0] is M.mma_f16
     assert M.for_dtype(np.uint16)[0] is M.mma_bf16 and M.for_dtype("bfloat16")[1] is M.pack_bf16x2
