@@ -181,6 +181,17 @@ def test_zero_scale_goes_to_cuda_cores():
     check_rule([g.astype(np.float64) for g in got], want, lowp, f"seed {seed}")
 
 
+def test_empty_half_precision_problems_give_zero_gradients():
+    """No key or no query: the public API answers with zeros (no kernel), in fp16."""
+    rng, _ = fresh()
+    (do, q, k, v, o, lse), _ = att_case(rng, 1, 2, 1, 4, 5, 16, 16, F16)
+    dq, dk, dv = attention_backward(do, q, k[:, :, :0], v[:, :, :0], np.zeros_like(o),
+                                    np.full_like(lse, -np.inf))
+    assert dq.dtype == F16 and np.all(dq == 0) and dk.shape == (1, 1, 0, 16)
+    dq, dk, dv = attention_backward(do[:, :, :0], q[:, :, :0], k, v, o[:, :, :0], lse[:, :, :0])
+    assert dq.shape == (1, 2, 0, 16) and np.all(dk == 0) and np.all(dv == 0) and dk.dtype == F16
+
+
 def test_tiles_are_checked():
     t = TC.Tiles(128, 128)
     assert (t.warps, t.block_q, t.block_k) == (8, 64, 128)
