@@ -30,7 +30,7 @@ from numba import cuda
 
 from numba_softmax import reference as R
 from numba_softmax.attention import attention, merge_attention
-from numba_softmax.kernels import decode
+from numba_softmax.kernels import decode_launch
 
 CHECK_HEADS = 4  # heads checked against the float64 reference
 
@@ -73,7 +73,7 @@ def main(argv=None):
         ref, lse_ref = R.attention(q_h[:n_ref], k_h[:n_ref], v_h[:n_ref], return_lse=True)
         z = args.splits or auto_splits(heads, num_sms, sk)
         kv_bytes = 2 * heads * sk * dim * 4
-        z_real = min(z, decode.MAX_SPLITS)  # the decode kernel cuts the keys into Z even ranges
+        z_real = min(z, decode_launch.MAX_SPLITS)  # the decode kernel cuts the keys into Z even ranges
         if args.sim:  # NumPy in and out on the simulator
             q, k, v = q_h, k_h, v_h
         else:

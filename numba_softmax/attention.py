@@ -16,7 +16,7 @@ from .arrays import heads, kinds
 from .arrays.rows import check_alias, check_dtype
 from .kernels import attention as _forward
 from .kernels import attention_tc as _tensor_cores
-from .kernels import decode as _decode
+from .kernels import decode_launch as _decode
 from .kernels import merge as _merge
 
 __all__ = ["attention", "merge_attention"]

@@ -19,7 +19,7 @@ from numba_softmax import reference as R
 from numba_softmax.arrays.kinds import kind_of as _kind
 from numba_softmax.attention import attention, merge_attention
 from numba_softmax.kernels import attention as KA
-from numba_softmax.kernels import decode as KD
+from numba_softmax.kernels import decode_launch as KD
 from numba_softmax.kernels.flash_tiles import layout
 
 from _attention_data import F16, F32, LSE_TOL, TOL, fresh, poisoned

@@ -11,7 +11,8 @@ from numba import cuda
 
 from numba_softmax import reference as R
 from numba_softmax.kernels import attention as KA
-from numba_softmax.kernels import decode as KD
+from numba_softmax.kernels import decode as KC
+from numba_softmax.kernels import decode_launch as KD
 from numba_softmax.kernels import merge as KM
 from numba_softmax.kernels import counters, visible
 
@@ -139,11 +140,11 @@ def test_split_choice():
     assert KD.choose_splits(128, 4096, 132, 64) == 1  # the batch fills the device
     assert KD.choose_splits(8, 100, 132, 64) == 2  # no split shorter than a step of keys
     assert KD.choose_splits(1, 10**6, 1000, 64) == KD.MAX_SPLITS
-    assert KD.lanes(F16, 128, 128) == (16, 2, 4) and KD.lanes(F32, 64, 64) == (8, 4, 2)
+    assert KC.lanes(F16, 128, 128) == (16, 2, 4) and KC.lanes(F32, 64, 64) == (8, 4, 2)
 
 
 def test_partials_and_tickets():
-    o1, lse1 = KD.partials((2, 3, 4), 8, 0)
+    o1, lse1 = KM.partials((2, 3, 4), 8, 0)
     assert o1.shape == (2, 3, 4, 8) and lse1.shape == (2, 3, 4)
     assert np.all(counters.tickets(5).copy_to_host() == 0)
 

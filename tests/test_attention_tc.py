@@ -18,7 +18,7 @@ from numba import cuda
 
 from numba_softmax import reference as R
 from numba_softmax.kernels import attention_tc as TC
-from numba_softmax.kernels import decode as KD
+from numba_softmax.kernels import merge as KD
 
 from _helpers import SIMULATOR, sized
 from test_mma import bf16_bits, bf16_values

@@ -302,7 +302,7 @@ def launch(q, k, v, o, lse, *, causal=False, window=(-1, -1), scale=None, kv_chu
     ``o`` (Z·B, Hq, Sq, Dv; q's dtype, or float32) and ``lse`` (Z·B, Hq, Sq, float32)
     receive the result; Z = 1 unless ``kv_chunk`` cuts the keys into Z = o.shape[0] / B
     ranges of that many keys, each written as a normalised partial (merge them with
-    :func:`.decode.merge_splits_launch`).  Varlen: ``cu_seqlens_q``, ``cu_seqlens_k``
+    :func:`.merge.merge_splits_launch`).  Varlen: ``cu_seqlens_q``, ``cu_seqlens_k``
     int32 device arrays (B+1 offsets; the caller guarantees 0 ≤ cu[0] ≤ … ≤ cu[B] ≤ the
     arrays' rows), q, k, v, o, lse are (1, H, total, ·), ``max_seqlen_q`` sizes the grid.
     Any strides; K and V are staged with cp.async when :func:`.staging.aligned` (else

@@ -13,7 +13,8 @@ whole device:
   to further row chunks).  Query head h reads K/V head h // (Hq/Hkv).
 * **Split-KV**: the keys a block's rows can see (causal, window: :mod:`.visible`) are cut
   into Z ranges, one block each — Z chosen from B·Hkv and how many blocks the device holds
-  at once (:func:`choose_splits`), so that a batch of one still fills every multiprocessor.
+  at once (:func:`.decode_launch.choose_splits`), so that a batch of one still fills every
+  multiprocessor.
 * **Lanes along D**: a key row of D values is read by LPK lanes, 8 values each (one
   16-byte load for float16/bfloat16, two for float32), so a warp reads 32/LPK whole rows
   per load, coalesced; U keys per lane are loaded before any is used (U·2 loads in
@@ -38,15 +39,13 @@ import functools
 import math
 
 import numpy as np
-from numba import cuda, int32, int64
+from numba import cuda, int64
 
 from ..combine import weight_device
-from . import counters, jit, launcher, shuffle, tileio
+from . import jit, shuffle, tileio
 from . import visible as vis
-from .decode_merge import MAX_SPLITS, fold_splits, fold_warps
+from .decode_merge import fold_warps, merge_when_last
 from .jit import accumulator
-from .merge import merge_pair_launch, merge_splits_launch  # noqa: F401  (the API's names)
-from .merge import partials, split_chunk, split_forward  # noqa: F401
 from .ptx import nan_max
 
 FULL_MASK = 0xFFFFFFFF
@@ -69,7 +68,6 @@ def lanes(dtype, d, dv):
 def kernel(dtype, d, dv, rows, warps, paged, width):
     """The decode kernel for one (dtype, D, Dv, rows per block, warps, layout, vector width)."""
     acc = accumulator(dtype)
-    store_o = jit.storer(dtype)
     LPK, KPW, U = lanes(dtype, d, dv)
     EPL, RB = VALUES_PER_LANE, rows
     KS = warps * KPW  # key slots of a block: each step reads U·KS keys
@@ -78,7 +76,7 @@ def kernel(dtype, d, dv, rows, warps, paged, width):
     load = tileio.global_load(width)
     swap_s, swap_state = shuffle.exchange(N_S), shuffle.exchange3(RB, RB, N_Q)
     fold_w = fold_warps(dtype, LPK, dv, rows, warps)
-    fold_z = fold_splits(dtype, dv, rows, warps)
+    merge_z = merge_when_last(dtype, dv, rows, warps)
 
     @jit.device
     def row_slots(x, i0, i1, i2, t, lim, buf, at):
@@ -221,120 +219,7 @@ def kernel(dtype, d, dv, rows, warps, paged, width):
         fold_w(m, l, ov, t, o, lse, o_ws, lse_ws, z, splits, b, hk, group, pr0, n_rows)
 
         if splits > 1:  # the last block of the Z to finish merges the partials
-            cuda.threadfence()  # this block's partials are visible device-wide …
-            cuda.syncthreads()  # … for every thread, before the ticket is taken
-            last = cuda.shared.array(1, int32)
-            if tid == 0:
-                ticket = (b * n_kv + hk) * n_chunks + rc
-                last[0] = cuda.atomic.add(counters, ticket, 1) == splits - 1
-                if last[0]:
-                    counters[ticket] = 0  # ready for the next launch
-                    cuda.threadfence()  # and the others' partials are visible to us
-            cuda.syncthreads()
-            if last[0]:
-                fold_z(o_ws, lse_ws, o, lse, splits, b, hk, group, pr0, n_rows)
+            merge_z(counters, (b * n_kv + hk) * n_chunks + rc, o_ws, lse_ws, o, lse, splits,
+                    b, hk, group, pr0, n_rows)
 
     return decode
-
-
-def choose_splits(units, keys, resident_blocks, keys_per_step):
-    """Z for ``units`` = B·Hkv·(row chunks) blocks: about one full wave of the blocks the
-    device holds at once, at most one split per step of keys, at most MAX_SPLITS."""
-    z = max(1, round(resident_blocks / max(units, 1)))
-    return max(1, min(z, MAX_SPLITS, -(-keys // keys_per_step)))
-
-
-# --- launch ---------------------------------------------------------------------------------
-_RESIDENT = {}
-
-
-def _resident(dec, args, threads, shared):
-    """How many blocks of ``dec`` the device holds at once (asked once per variant)."""
-    key = (dec, launcher.device_limits().name, threads, shared)
-    if key not in _RESIDENT:
-        _RESIDENT[key] = launcher.max_cooperative_blocks(dec, args, threads, shared)
-    return _RESIDENT[key]
-
-
-def run(q, k, v, o, lse, *, paged, table=None, seqlens=None, max_seqlen_k=None,
-        num_splits=None, kv_chunk=None, causal=False, window=(-1, -1), scale=None, stream=0,
-        small=False):
-    """Launch the decode kernel: dense k, v (B, Hkv, Sk, ·) or, with ``paged``, caches
-    (blocks, block_size, Hkv, ·) with ``table`` (B, max_blocks) and ``seqlens`` (B,), int32.
-    ``kv_chunk``: splits of exactly that many positions (at most MAX_SPLITS of them);
-    ``num_splits``: at most that many even splits; neither: :func:`choose_splits`, from
-    the number of keys (``max_seqlen_k``; paged, by default, the table's capacity)."""
-    n_b, n_h, sq, d = q.shape
-    n_kv = k.shape[2] if paged else k.shape[1]
-    sk = k.shape[1] * table.shape[1] if paged else k.shape[2]
-    sk = sk if max_seqlen_k is None else int(max_seqlen_k)
-    dv = v.shape[3]
-    if n_b * n_h * sq == 0:
-        return
-    packed = n_h // n_kv * sq  # query rows per K/V head
-    rows = min(packed, MAX_ROWS)
-    n_chunks = -(-packed // rows)
-    lpk, kpw, unroll = lanes(q.dtype, d, dv)
-    width = tileio.global_width([q, k, v], (VALUES_PER_LANE, d, dv))
-    units = n_b * n_kv * n_chunks
-    dummy = counters.placeholder
-    table = dummy(2, np.int32) if table is None else table
-    seqlens = dummy(1, np.int32) if seqlens is None else seqlens
-    o_ws, lse_ws, tickets = dummy(4, np.float32), dummy(3, np.float32), dummy(1, np.int32)
-    bs = k.shape[1]
-    page_shift = bs.bit_length() - 1 if paged and bs & (bs - 1) == 0 else -1
-    left, right = vis.bounds(causal, window)
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-
-    def args(kv_chunk, splits):
-        return (q, k, v, o, lse, o_ws, lse_ws, tickets, table, seqlens, scale, left, right,
-                kv_chunk, splits, n_chunks, page_shift)
-
-    warps = 2 if small else WARPS
-    dec = kernel(q.dtype, d, dv, rows, warps, bool(paged), width)
-    while 32 * warps > launcher.max_threads(dec, args(0, 1)):  # its registers allow fewer
-        warps //= 2
-        dec = kernel(q.dtype, d, dv, rows, warps, bool(paged), width)
-    shared = warps * rows * lpk * VALUES_PER_LANE * 4
-
-    if kv_chunk is not None:
-        kv_chunk = int(kv_chunk)
-        splits = max(1, -(-sk // kv_chunk))
-    elif num_splits is not None:
-        splits, kv_chunk = max(1, min(int(num_splits), MAX_SPLITS)), 0
-    else:
-        kv_chunk = 0
-        resident = 8 if small else _resident(dec, args(0, 1), 32 * warps, shared)
-        splits = choose_splits(units, sk, resident, warps * kpw * unroll)
-    if splits > MAX_SPLITS:
-        raise ValueError(f"{splits} splits; at most {MAX_SPLITS}")
-    if splits > 1:
-        o_ws, lse_ws = partials((splits * n_b, n_h, sq), -(-dv // 4) * 4, stream)
-        tickets = counters.tickets(units, stream)
-    launcher.launch(dec, (units * splits,), 32 * warps, stream, args(kv_chunk, splits),
-                    shared=shared)
-
-
-def launch(q, k, v, o, lse, *, num_splits=None, causal=False, window=(-1, -1), scale=None,
-           kv_chunk=None, stream=0, small=False, **tile_options):
-    """Split-KV attention on 4-D device arrays q (B, Hq, Sq, D), k (B, Hkv, Sk, D),
-    v (B, Hkv, Sk, Dv); ``o`` (B, Hq, Sq, Dv) and ``lse`` (B, Hq, Sq, float32) receive the
-    merged result.  ``num_splits``: at most that many key ranges (default: chosen from
-    B·Hkv and the device); ``kv_chunk``: ranges of exactly that many keys.
-
-    Few query rows per K/V head (≤ MAX_ROWS·8: decoding, speculative decoding) run the
-    decode kernel; more, or tile options, run the forward kernel on key ranges and then
-    the merge kernel (:func:`.merge.split_forward`)."""
-    n_b, n_h, sq, d = q.shape
-    n_kv, sk, dv = k.shape[1], k.shape[2], v.shape[3]
-    if n_kv < 1 or n_h % n_kv or v.shape[1] != n_kv:
-        raise ValueError(f"q has {n_h} heads, k {n_kv} and v {v.shape[1]}: k and v need one "
-                         f"number of heads that divides q's")
-    if not 1 <= min(d, dv) <= max(d, dv) <= MAX_HEAD_DIM:
-        raise ValueError(f"head dimensions must be between 1 and {MAX_HEAD_DIM}, got D={d}, Dv={dv}")
-    chunks = 0 if kv_chunk is None else -(-sk // max(int(kv_chunk), 1))
-    if not tile_options and n_h // n_kv * sq <= 8 * MAX_ROWS and chunks <= MAX_SPLITS:
-        return run(q, k, v, o, lse, paged=False, num_splits=num_splits, kv_chunk=kv_chunk,
-                   causal=causal, window=window, scale=scale, stream=stream, small=small)
-    split_forward(q, k, v, o, lse, num_splits=num_splits, kv_chunk=kv_chunk, causal=causal,
-                  window=window, scale=scale, stream=stream, small=small, **tile_options)

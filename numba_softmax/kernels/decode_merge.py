@@ -2,7 +2,8 @@
 block, and across the Z blocks (splits) of a K/V head — both the combiner over (m, ℓ, O).
 
 ``fold_warps``: every warp holds, per query row, a state (m, ℓ, O) over its keys (O in
-the lanes of one key slot, 8 columns a lane).  They meet in shared memory; one thread per
+the lanes of one key slot, 8 columns a lane; :mod:`.decode_tc`: in mma accumulator
+fragments).  They meet in shared memory (:func:`fold_shared`); one thread per
 row folds the W pairs (m, ℓ) into the row's (m, ℓ) and leaves each warp's factor
 exp(m_w − m)/ℓ; then every thread forms output columns Σ_w factor_w·O_w.  The result is
 normalised: with one split it is the answer (o, lse); with Z splits it is the partial
@@ -22,7 +23,7 @@ in shared memory — a round trip or two to L2, not Z of them.
 import functools
 import math
 
-from numba import cuda
+from numba import cuda, int32
 
 from ..combine import larger_device as nan_max
 from ..combine import lse_device, weight_device
@@ -69,20 +70,19 @@ def rebase(dtype):
 
 @functools.cache
 def fold_warps(dtype, lanes_per_key, dv, rows, warps):
+    """The CUDA-core kernel's fold: each warp's state (in its first key slot's lanes) to
+    shared memory, then :func:`fold_shared`."""
     acc = accumulator(dtype)
-    store_o = jit.storer(dtype)
-    RB, W, LPK = rows, warps, lanes_per_key
+    RB, LPK = rows, lanes_per_key
     DVP = LPK * EPL  # columns the lanes of a key slot cover
-    N_STATE, THREADS = W * RB, 32 * warps
-    fold_states = rebase(dtype)
+    N_STATE = warps * RB  # (a shared array's size must be a constant)
+    finish = fold_shared(dtype, dv, DVP, rows, warps)
 
     @jit.device
     def fold(m, l, ov, t, o, lse, o_ws, lse_ws, z, splits, b, hk, group, pr0, n_rows):
-        tid = cuda.threadIdx.x
-        warp, lane = tid >> 5, tid & 31
+        warp, lane = cuda.threadIdx.x >> 5, cuda.threadIdx.x & 31
         f_s = cuda.shared.array(N_STATE, acc)  # m of each warp's rows, then its factor
         l_s = cuda.shared.array(N_STATE, acc)
-        row_l = cuda.shared.array(RB, acc)
         o_s = cuda.shared.array(0, acc)  # W·RB·DVP: each warp's O
         if lane < LPK:  # the warp's state sits in its first key slot
             for r in range(RB):
@@ -91,6 +91,26 @@ def fold_warps(dtype, lanes_per_key, dv, rows, warps):
                 for c in range(EPL):
                     o_s[(warp * RB + r) * DVP + t * EPL + c] = ov[r * EPL + c]
         cuda.syncthreads()  # every warp's state is in shared memory
+        finish(f_s, l_s, o_s, o, lse, o_ws, lse_ws, z, splits, b, hk, group, pr0, n_rows)
+
+    return fold
+
+
+@functools.cache
+def fold_shared(dtype, dv, dvp, rows, warps):
+    """Device function ``finish(f_s, l_s, o_s, …)``: the W warps' states of ``rows`` rows
+    in shared memory — m in f_s[w·rows + r], ℓ in l_s[…], O (unnormalised) in
+    o_s[(w·rows + r)·dvp + c] — folded into the block's normalised (O, LSE): the answer
+    with one split, else the partial of split z.  Every thread of the block calls it."""
+    acc = accumulator(dtype)
+    store_o = jit.storer(dtype)
+    RB, W, DVP, THREADS = rows, warps, dvp, 32 * warps
+    fold_states = rebase(dtype)
+
+    @jit.device
+    def finish(f_s, l_s, o_s, o, lse, o_ws, lse_ws, z, splits, b, hk, group, pr0, n_rows):
+        tid = cuda.threadIdx.x
+        row_l = cuda.shared.array(RB, acc)
         if tid < RB:  # one thread per row: (m, ℓ) of the block, and each warp's factor
             mx, lt = fold_states(f_s, l_s, False, W, tid, RB)
             row_l[tid] = lt
@@ -117,7 +137,7 @@ def fold_warps(dtype, lanes_per_key, dv, rows, warps):
                 else:
                     o_ws[z * o.shape[0] + b, h, i, c] = x
 
-    return fold
+    return finish
 
 
 @functools.cache
@@ -194,3 +214,28 @@ def fold_splits(dtype, dv, rows, warps):
                         o[b, h, i, c + e] = store_o(x if l_s[r] != acc(0.0) else acc(0.0))
 
     return fold
+
+
+@functools.cache
+def merge_when_last(dtype, dv, rows, warps):
+    """Device function: with Z > 1 splits, the last of a row chunk's Z blocks to finish
+    (an atomic ticket after a memory fence) folds the Z partials (:func:`fold_splits`).
+    Every thread of the block calls it, after the block's partial is written."""
+    fold_z = fold_splits(dtype, dv, rows, warps)
+
+    @jit.device
+    def merge(counters, ticket, o_ws, lse_ws, o, lse, splits, b, hk, group, pr0, n_rows):
+        cuda.threadfence()  # this block's partials are visible device-wide …
+        cuda.syncthreads()  # … for every thread, before the ticket is taken
+        last = cuda.shared.array(1, int32)
+        if cuda.threadIdx.x == 0:
+            last[0] = cuda.atomic.add(counters, ticket, 1) == splits - 1
+            if last[0]:
+                counters[ticket] = 0  # ready for the next launch
+                cuda.threadfence()  # and the others' partials are visible to us
+        cuda.syncthreads()  # every thread reads the verdict
+        if last[0]:
+            fold_z(o_ws, lse_ws, o, lse, splits, b, hk, group, pr0, n_rows)
+
+    return merge
+

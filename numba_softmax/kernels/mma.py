@@ -49,6 +49,8 @@ compile-time constants only, so that they stay in registers):
                                     asynchronously), or eight zeros when not ``ok``
     cp_async_commit(), cp_async_wait_all()
                                     close a group of copies; wait until all have landed
+    cp_async_wait(n)                (a build-time call) the function that waits until at
+                                    most n of the thread's groups are still in flight
     max_nan(a, b)                   :func:`numba_softmax.combine.larger` (a NaN wins) in one
                                     instruction, ``max.NaN.f32``, instead of four
     st_shared_b32(smem, i, w)       smem[i], smem[i+1] ← the two halves of the uint32 w
@@ -71,7 +73,7 @@ from .._sim import simulator_enabled
 if simulator_enabled():
     from ..combine import larger as max_nan  # noqa: F401
     from ._mma_sim import (  # noqa: F401
-        cp_async16, cp_async_commit, cp_async_wait_all, ldmatrix_x4,
+        cp_async16, cp_async_commit, cp_async_wait, cp_async_wait_all, ldmatrix_x4,
         ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, red_add_v2,
         st_shared_b32,
     )
@@ -231,6 +233,13 @@ else:
 
     cp_async_commit = _plain("cp.async.commit_group;")
     cp_async_wait_all = _plain("cp.async.wait_group 0;")
+    _WAITS = {0: cp_async_wait_all}
+
+    def cp_async_wait(n):
+        """``cp.async.wait_group n`` (n is part of the instruction: one function per n)."""
+        if n not in _WAITS:
+            _WAITS[n] = _plain(f"cp.async.wait_group {int(n)};")
+        return _WAITS[n]
 
 
 def for_dtype(dtype):

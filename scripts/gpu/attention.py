@@ -189,7 +189,7 @@ def task_forward(dtypes):
 
 def task_decode():
     from numba_softmax import reference as R
-    from numba_softmax.kernels import decode as KD
+    from numba_softmax.kernels import decode_launch as KD
 
     rng, out = np.random.default_rng(), []
     d = sz(128, 16)
@@ -369,7 +369,7 @@ def time_forward(torch, timer, rows):
 
 
 def time_decode(torch, timer, rows):
-    from numba_softmax.kernels import decode as KD
+    from numba_softmax.kernels import decode_launch as KD
     from numba_softmax.kernels import paged as KP
 
     hq, hkv, d = 32, 8, 128
@@ -467,7 +467,7 @@ def warm():
 
     from numba_softmax import reference as R
     from numba_softmax.kernels import attention as KA
-    from numba_softmax.kernels import decode as KD
+    from numba_softmax.kernels import decode_launch as KD
     from numba_softmax.kernels import paged as KP
 
     rng, fails = np.random.default_rng(), []

@@ -1,0 +1,284 @@
+"""v9 — split-KV decoding on tensor cores: every warp its own keys, its own copy pipeline.
+
+The decode kernel of :mod:`.decode` reads the cache at half the device's rate: with one
+query row per head, each lane's share of a score is 8 products, summed over the 16 lanes
+of a key by a 4-step shuffle butterfly, so shuffles, exponentials and the O update cost
+more instructions per byte than the memory system lets pass.  Here the products run on
+``mma.sync`` (:mod:`.mma`), as in the forward kernel (:mod:`.attention_tc`), but with the
+roles of the warps turned round::
+
+    one block = W warps, the ≤ 16 packed query rows of one K/V head (GQA: the group's
+                Hq/Hkv heads × Sq rows, row pr = i·group + g), keys [a, e) of split z
+        Q → registers, as A fragments, in every warp (rows past the last are zeros)
+        warp w takes the key tiles w, w + W, w + 2W, … of Bc keys each, and alone:
+            K_j, V_j → the warp's own shared buffers (cp.async, ``stages`` deep: the
+                       copies of the next stages − 1 tiles are in flight during tile j)
+            S = Q K_jᵀ;  m' = max(m, rowmax S);  P = exp(scale·(S − m'))
+            ℓ = α·ℓ + rowsum P;   O = α·O + P V_j        (P stays in registers)
+        the W states (m, ℓ, O) meet in shared memory, folded by the combiner
+        (:func:`.decode_merge.fold_shared`); with Z > 1 the block writes a partial and the
+        last of the Z blocks folds them (:func:`.decode_merge.merge_when_last`)
+
+A warp waits only for its own copies (``cp.async.wait_group``, then ``__syncwarp``): no
+block-wide barrier in the loop, so a warp whose data has landed never waits for a slow
+one, and the bytes in flight per multiprocessor — W·(stages − 1) tiles per block — are
+what keeps a memory-bound kernel at the memory's rate.  Rows 4 … 15 of the mma are
+padding with GQA 32/8 (four query heads per K/V head): the tensor cores have that much to
+spare, the memory does not.
+
+The K/V row of key p comes from the dense (B, Hkv, Sk, D) arrays or, ``paged``, from the
+pool through the block table (position p → block table[b, p // bs], row p % bs).
+Causal, windows and Sq > 1 (speculative decoding) are the masks of :mod:`.visible`,
+applied only to tiles that cross an edge.  fp16 / bf16; D and Dv multiples of 8 (the
+16-byte copies); the dispatch (:mod:`.decode_launch`) sends everything else to
+:mod:`.decode`.  Memory traffic and NumPy twins: as :mod:`.decode`.
+"""
+
+import functools
+import math
+
+import numba
+from numba import cuda, int64
+
+from .attention_tc import LOG2E, PAD
+from .decode_merge import fold_shared, merge_when_last
+from . import jit
+from . import visible as vis
+from .mma import (cp_async16, cp_async_commit, cp_async_wait, for_dtype, ldmatrix_x4,
+                  ldmatrix_x4_trans, max_nan)
+from ..combine import weight_device
+
+FULL = 0xFFFFFFFF
+ROWS = 16  # packed query rows of a block: the mma's M
+
+
+def _up16(n):
+    return -(-n // 16) * 16
+
+
+class Tiles:
+    """A launch configuration: ``warps`` W, ``block_k`` Bc keys per warp tile (a multiple
+    of 16), ``stages`` copies in flight per warp (2 … 4)."""
+
+    def __init__(self, d, dv, warps=4, block_k=32, stages=2, small=False):
+        if small:  # the simulator: two warps, one 16-key tile each
+            warps, block_k, stages = 2, 16, 2
+        if warps not in (1, 2, 4, 8) or block_k not in (16, 32, 64) or stages not in (2, 3, 4):
+            raise ValueError(f"warps must be 1, 2, 4 or 8, block_k 16, 32 or 64 and stages "
+                             f"2, 3 or 4; got {warps}, {block_k}, {stages}")
+        self.warps, self.block_k, self.stages = warps, block_k, stages
+        tile = block_k * (_up16(d) + _up16(dv) + 2 * PAD) * 2  # K_j and V_j, 16-bit
+        fold = warps * ROWS * _up16(dv) * 4  # the warps' O for the fold, float32
+        self.shared = max(warps * stages * tile, fold)
+
+
+@functools.cache
+def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
+    """The kernel for one configuration; ``rows`` ≤ 16 packed rows per block (the fold's
+    size).  Same arguments as :func:`.decode.kernel`'s."""
+    f32, u32 = numba.float32, numba.uint32
+    mma, pack = for_dtype(dtype)
+    load = jit.loader(dtype)
+    W, BC, ST, RB = warps, block_k, stages, rows
+    DP, DVP = _up16(d), _up16(dv)
+    KD, NB, KB, NV = DP // 16, BC // 8, BC // 16, DVP // 8  # Q k-steps; S, P, O tiles
+    KS, VS = DP + PAD, DVP + PAD  # shared row strides (16-bit values)
+    TILE = BC * (KS + VS)  # one stage of one warp: K_j, then V_j
+    N_STATE = W * RB  # the fold's states (a shared array's size must be a constant)
+    wait_tile = cp_async_wait(ST - 1)  # tile j's group, with ST − 1 later ones in flight
+    finish = fold_shared(dtype, dv, DVP, RB, W)
+    merge_z = merge_when_last(dtype, dv, RB, W)
+
+    if paged:
+        @jit.device
+        def key_row(x, b, hk, key, table, page_shift):
+            """(2-D view, row) of key ``key``: its pool block's rows of head hk; position
+            p → block table[b, p // bs], row p % bs (a shift and a mask for bs = 2^s)."""
+            bs = x.shape[1]
+            if page_shift >= 0:
+                blk, row = table[b, key >> page_shift], key & ((1 << page_shift) - 1)
+            else:
+                blk, row = table[b, key // bs], key % bs
+            blk = min(max(blk, 0), x.shape[0] - 1)  # never outside the pool
+            return x[blk, :, hk], row
+    else:
+        @jit.device
+        def key_row(x, b, hk, key, table, page_shift):
+            """(2-D view, row) of key ``key``: x[b, hk], row key."""
+            return x[b, hk], key
+
+    @jit.device
+    def stage(smem, base, x, n, width, stride, b, hk, key0, e, table, page_shift, lane):
+        """The warp copies rows key0 … key0 + Bc − 1 of x (n values each) into its buffer
+        at ``base``: 16 bytes a lane per copy; rows ≥ e and columns ≥ n become zeros."""
+        chunks = width // 8
+        for idx in range(lane, BC * chunks, 32):
+            r = idx // chunks
+            c = 8 * (idx - r * chunks)
+            key = key0 + r
+            src, row = key_row(x, b, hk, min(key, e - 1), table, page_shift)
+            cp_async16(smem, base + r * stride + c, src, row, min(c, n - 8),
+                       key < e and c < n)
+
+    @jit.kernel
+    def decode(q, k, v, o, lse, o_ws, lse_ws, counters, table, seqlens, scale, left, right,
+               kv_chunk, splits, n_chunks, page_shift):
+        tid = cuda.threadIdx.x
+        warp, lane = tid >> 5, tid & 31
+        g, t = lane >> 2, lane & 3  # this lane's place in every fragment (mma.py)
+        x = cuda.blockIdx.x  # → (row chunk, split, K/V head, batch), as in .decode
+        rc, x = x % n_chunks, x // n_chunks
+        z, x = x % splits, x // splits
+        n_kv = k.shape[2] if paged else k.shape[1]
+        hk, b = x % n_kv, x // n_kv
+        group, sq = q.shape[1] // n_kv, q.shape[2]
+        if paged:  # clamped to the table row: an unchecked length reads nothing outside it
+            sk = min(max(int64(seqlens[b]), 0), int64(table.shape[1]) * k.shape[1])
+        else:
+            sk = int64(k.shape[2])
+        shift = sk - sq  # the Sq queries are the last Sq positions
+        n_rows = group * sq
+        pr0 = rc * RB  # the block's packed rows pr0 … pr0 + RB − 1
+        i_first, i_last = pr0 // group, (min(pr0 + RB, n_rows) - 1) // group
+        lo, hi = vis.key_range(i_first, i_last, shift, left, right, 0, sk)
+        if kv_chunk > 0:  # splits of exactly kv_chunk positions
+            a, e = max(lo, z * kv_chunk), min(hi, z * kv_chunk + kv_chunk)
+        else:  # Z even shares of whole tiles of the keys the rows see
+            per = -(-max(hi - lo, 0) // (splits * BC)) * BC
+            a = lo + z * per
+            e = min(hi, a + per)
+        zero, neg_inf = f32(0.0), f32(-math.inf)
+        sc = f32(abs(scale))
+        c2 = sc * f32(LOG2E)  # exp(sc·x) = exp2(c2·x)
+        sign = f32(-1.0) if scale < 0 else f32(1.0)  # sc·(sign·Q)Kᵀ = scale·QKᵀ
+
+        # Q → A fragments: a0 (row g, cols 2t, 2t+1), a1 (row g+8), a2, a3 (cols + 8)
+        qf = cuda.local.array((KD, 4), u32)
+        for kk in range(KD):
+            for r in range(4):
+                pr, col = pr0 + g + 8 * (r & 1), 16 * kk + 2 * t + 8 * (r >> 1)
+                x0, x1 = zero, zero
+                if pr - pr0 < RB and pr < n_rows and col < d:  # (d even: col + 1 < d too)
+                    h, i = hk * group + pr % group, pr // group
+                    x0, x1 = load(q[b, h, i, col]) * sign, load(q[b, h, i, col + 1]) * sign
+                qf[kk, r] = pack(x0, x1)
+        row_i = cuda.local.array(2, int64)  # the query index of the lane's rows g, g + 8
+        for rr in range(2):
+            row_i[rr] = (pr0 + g + 8 * rr) // group
+
+        m = cuda.local.array(2, f32)  # the state of rows g (index 0) and g + 8 (1)
+        l = cuda.local.array(2, f32)  # ℓ over this lane's columns (the quad sums at the end)
+        of = cuda.local.array((NV, 4), f32)  # O: Dv/8 accumulator tiles
+        s = cuda.local.array((NB, 4), f32)  # S, then P
+        pf = cuda.local.array((KB, 4), u32)  # P as A fragments
+        for rr in range(2):
+            m[rr], l[rr] = neg_inf, zero
+        for n in range(NV):
+            for r in range(4):
+                of[n, r] = zero
+        # ldmatrix row addresses (as attention_tc): K tiles (keys, d), (keys, d+8),
+        # (keys+8, d), (keys+8, d+8); V transposed: (keys, c), (keys+8, c), (keys, c+8), …
+        k_lane = ((lane & 7) + 8 * (lane >> 4)) * KS + 8 * ((lane >> 3) & 1)
+        v_lane = ((lane & 7) + 8 * ((lane >> 3) & 1)) * VS + 8 * (lane >> 4)
+
+        smem = cuda.shared.array(0, numba.uint16)  # W × stages × (K_j: Bc×KS, V_j: Bc×VS)
+        mine = warp * ST * TILE  # this warp's buffers
+        n_tiles = (e - a + BC - 1) // BC if e > a else 0
+        count = (n_tiles - warp + W - 1) // W if n_tiles > warp else 0  # the warp's tiles
+        for it in range(ST - 1):  # the first ST − 1 tiles' copies start before the loop
+            if it < count:
+                key0 = a + (warp + it * W) * BC
+                stage(smem, mine + it * TILE, k, d, DP, KS, b, hk, key0, e, table, page_shift, lane)
+                stage(smem, mine + it * TILE + BC * KS, v, dv, DVP, VS, b, hk, key0, e, table,
+                      page_shift, lane)
+            cp_async_commit()  # (an empty group where there is no tile: the count stays right)
+        for it in range(count):
+            j0 = a + (warp + it * W) * BC
+            nxt = it + ST - 1  # its buffer held tile it − 1, which every lane is done with
+            if nxt < count:
+                key0, at = a + (warp + nxt * W) * BC, mine + (nxt % ST) * TILE
+                stage(smem, at, k, d, DP, KS, b, hk, key0, e, table, page_shift, lane)
+                stage(smem, at + BC * KS, v, dv, DVP, VS, b, hk, key0, e, table, page_shift, lane)
+            cp_async_commit()
+            wait_tile()  # this lane's copies of tile it have landed …
+            cuda.syncwarp(FULL)  # … and every lane's: the warp may read the buffer
+            base = mine + (it % ST) * TILE
+
+            # S = Q K_jᵀ: one ldmatrix.x4 = B fragments of two key tiles at one k-step
+            for n in range(NB):
+                for r in range(4):
+                    s[n, r] = zero
+            for n2 in range(NB // 2):
+                for kk in range(KD):
+                    b0, b1, b2, b3 = ldmatrix_x4(smem, base + k_lane + 16 * n2 * KS + 16 * kk)
+                    mma(s, 2 * n2, qf, kk, b0, b1)
+                    mma(s, 2 * n2 + 1, qf, kk, b2, b3)
+
+            # mask: only tiles that cross e or a band edge, element by element
+            if j0 + BC > e or vis.band_edge(j0, j0 + BC - 1, i_first, i_last, shift, left, right):
+                for rr in range(2):
+                    for n in range(NB):
+                        for c in range(2):
+                            key = j0 + 8 * n + 2 * t + c
+                            if key >= e or not vis.sees(row_i[rr], key, shift, left, right):
+                                s[n, 2 * rr + c] = neg_inf
+
+            # the online update of (m, ℓ, O) for the lane's two rows (as attention_tc)
+            for rr in range(2):
+                mx = s[0, 2 * rr]
+                for n in range(NB):
+                    for c in range(2):
+                        mx = max_nan(s[n, 2 * rr + c], mx)
+                mx = max_nan(cuda.shfl_xor_sync(FULL, mx, 1), mx)  # the quad: 4 lanes
+                mx = max_nan(cuda.shfl_xor_sync(FULL, mx, 2), mx)  # hold a row
+                m_new = max_nan(mx, m[rr])
+                alpha = weight_device(m[rr] * sc, m_new * sc)  # exp(scale·(m − m')), 0 from −inf
+                mc = zero if m_new == neg_inf else m_new * c2
+                part = zero
+                for n in range(NB):
+                    for c in range(2):
+                        p = math.exp2(s[n, 2 * rr + c] * c2 - mc)
+                        s[n, 2 * rr + c] = p
+                        part += p
+                l[rr] = alpha * l[rr] + part
+                m[rr] = m_new
+                for n in range(NV):
+                    of[n, 2 * rr] *= alpha
+                    of[n, 2 * rr + 1] *= alpha
+
+            # P → A fragments in registers; O += P V_j (ldmatrix.trans: B fragments of V)
+            for kb in range(KB):
+                for r in range(4):
+                    n = 2 * kb + (r >> 1)
+                    pf[kb, r] = pack(s[n, 2 * (r & 1)], s[n, 2 * (r & 1) + 1])
+            for kb in range(KB):
+                for n2 in range(NV // 2):
+                    b0, b1, b2, b3 = ldmatrix_x4_trans(
+                        smem, base + BC * KS + v_lane + 16 * kb * VS + 16 * n2)
+                    mma(of, 2 * n2, pf, kb, b0, b1)
+                    mma(of, 2 * n2 + 1, pf, kb, b2, b3)
+            cuda.syncwarp(FULL)  # every lane is done with the buffer before it is refilled
+
+        # the W warps' states → shared memory (the staging buffers' bytes, now free)
+        cuda.syncthreads()  # every warp is done with its buffers
+        f_s = cuda.shared.array(N_STATE, f32)  # m·scale of each warp's rows, then its factor
+        l_s = cuda.shared.array(N_STATE, f32)
+        o_s = cuda.shared.array(0, f32)  # W·RB·DVP: each warp's O (unnormalised)
+        for rr in range(2):
+            lt = l[rr]
+            lt += cuda.shfl_xor_sync(FULL, lt, 1)  # ℓ: the quad's columns
+            lt += cuda.shfl_xor_sync(FULL, lt, 2)
+            row = g + 8 * rr
+            if row < RB:
+                if t == 0:
+                    f_s[warp * RB + row], l_s[warp * RB + row] = m[rr] * sc, lt
+                for n in range(NV):
+                    for c in range(2):
+                        o_s[(warp * RB + row) * DVP + 8 * n + 2 * t + c] = of[n, 2 * rr + c]
+        cuda.syncthreads()  # every warp's state is in shared memory
+        finish(f_s, l_s, o_s, o, lse, o_ws, lse_ws, z, splits, b, hk, group, pr0, n_rows)
+        if splits > 1:  # the last block of the Z to finish merges the partials
+            merge_z(counters, (b * n_kv + hk) * n_chunks + rc, o_ws, lse_ws, o, lse, splits,
+                    b, hk, group, pr0, n_rows)
+
+    return decode

@@ -1,0 +1,137 @@
+#!/usr/bin/env python
+"""Split-KV decoding on tensor cores (issue 17) on the GPU: checked, then timed against
+SDPA's grouped-query decode, dense and paged.
+
+    python scripts/gpu/decode_tc.py [--sweep] [--quick]
+
+One query token, Hq 32, Hkv 8, D 128, fp16 (and bf16 at one shape); (B, context) over
+{1, 16, 64} × {4K, 32K, 128K}.  Kernel time: CUDA events around 20 calls queued behind
+``torch.cuda._sleep`` (host time hidden), median of 5 such sets, inputs rotated past the
+50 MB L2.  Bytes: K and V read once, 2·B·Hkv·ctx·D·2.  Every result is checked against
+float32 SDPA on the same inputs: the error must be at most 2× fp16 SDPA's (+1e-3 slack
+for rounding at the output's half ulp) — else the run exits 1 before any timing is kept.
+``--sweep``: every tiles configuration at each shape; default: the chosen one, the
+CUDA-core kernel (``tiles=False``) and paged caches of page size 16 and 256.
+Prints tables; nothing is kept.
+"""
+
+import argparse
+import statistics
+import sys
+
+import torch
+from numba import cuda
+
+from numba_softmax.kernels import decode_launch as DL
+from numba_softmax.kernels import decode_tc as TC
+from numba_softmax.kernels import paged as KP
+
+HQ, HKV, D = 32, 8, 128
+CONFIGS = [dict(warps=w, block_k=bk, stages=st) for w, bk, st in
+           ((4, 32, 2), (4, 16, 3), (4, 16, 4), (8, 16, 2), (2, 32, 3), (4, 64, 2), (8, 32, 2),
+            (2, 64, 2), (4, 32, 3))]
+FAILED = []
+
+
+def kernel_ms(fn, sets, calls=20, rounds=5):
+    fn(0)
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(rounds):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(20_000_000)  # ~10 ms: the calls below are queued before it ends
+        start.record()
+        for i in range(calls):
+            fn(i % sets)
+        end.record()
+        torch.cuda.synchronize()
+        out.append(start.elapsed_time(end) / calls)
+    return statistics.median(out)
+
+
+def nb(t):
+    return cuda.as_cuda_array(t.detach())
+
+
+def paged_copy(k, v, bs, gen):
+    """The dense (B, Hkv, ctx, D) caches as a shuffled pool of pages (blocks, bs, Hkv, D)."""
+    b, hkv, ctx, d = k.shape
+    per = ctx // bs
+    perm = torch.randperm(b * per, device="cuda", generator=gen)
+    table = perm.view(b, per).to(torch.int32)
+    pool_k = torch.empty(b * per, bs, hkv, d, device="cuda", dtype=k.dtype)
+    pool_v = torch.empty_like(pool_k)
+    pool_k[perm] = k.view(b, hkv, per, bs, d).permute(0, 2, 3, 1, 4).reshape(b * per, bs, hkv, d)
+    pool_v[perm] = v.view(b, hkv, per, bs, d).permute(0, 2, 3, 1, 4).reshape(b * per, bs, hkv, d)
+    return pool_k, pool_v, table, torch.full((b,), ctx, device="cuda", dtype=torch.int32)
+
+
+def check(name, o, ref, tol):
+    err = float((o.float() - ref).abs().max())
+    if not err <= tol:
+        FAILED.append(f"{name}: max|O − O_fp32| {err:.2e} > {tol:.2e}")
+    return err
+
+
+def case(batch, ctx, dtype, sweep, gen):
+    nbytes = 2 * batch * HKV * ctx * D * 2
+    sets = max(1, min(8, (200 << 20) // nbytes + 1))
+    data = [(torch.randn(batch, HQ, 1, D, device="cuda", dtype=dtype, generator=gen),
+             torch.randn(batch, HKV, ctx, D, device="cuda", dtype=dtype, generator=gen),
+             torch.randn(batch, HKV, ctx, D, device="cuda", dtype=dtype, generator=gen))
+            for _ in range(sets)]
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    q0, k0, v0 = data[0]
+    ref = torch.cat([sdpa(q0[i:i + 4].float(), k0[i:i + 4].float(), v0[i:i + 4].float(),
+                          enable_gqa=True) for i in range(0, batch, 4)])  # (memory: 4 at a time)
+    tol = 2 * float((sdpa(q0, k0, v0, enable_gqa=True).float() - ref).abs().max()) + 1e-3
+    t_sdpa = kernel_ms(lambda i: sdpa(*data[i], enable_gqa=True), sets)
+    outs = [(torch.empty(batch, HQ, 1, D, device="cuda", dtype=dtype),
+             torch.empty(batch, HQ, 1, device="cuda", dtype=torch.float32)) for _ in range(sets)]
+    dev = [tuple(nb(x) for x in d + o) for d, o in zip(data, outs)]
+    label = f"B{batch:<3} ctx {ctx:>6} {str(dtype)[6:]:>8}"
+    print(f"{label}  SDPA {t_sdpa * 1e3:8.1f} µs {nbytes / t_sdpa / 1e6:6.0f} GB/s")
+
+    def row(name, fn, out):
+        fn(0)
+        err = check(f"{label} {name}", out, ref, tol)
+        t = kernel_ms(fn, sets)
+        print(f"{'':28}{name:<34} {t * 1e3:8.1f} µs {nbytes / t / 1e6:6.0f} GB/s "
+              f"{t_sdpa / t:5.2f}× SDPA  err {err:.1e}")
+
+    for cfg in (CONFIGS if sweep else [None, False]):
+        name = "tensor cores " + (str(tuple(cfg.values())) if cfg else "(default)") \
+            if cfg is not False else "CUDA cores"
+        if cfg and TC.Tiles(D, D, **cfg).shared > 227 * 1024:
+            continue
+        row(name, lambda i, cfg=cfg: DL.run(*dev[i], paged=False, tiles=cfg), outs[0][0])
+    if not sweep and nbytes <= 12 << 30:  # (a paged copy beside the dense caches must fit)
+        for bs in (16, 256):
+            pk, pv, table, lens = paged_copy(k0, v0, bs, gen)
+            args = [nb(x) for x in (q0, pk, pv, table, lens)] + [nb(x) for x in outs[0]]
+            row(f"paged, page {bs}", lambda i: KP.launch(*args, max_seqlen_k=ctx), outs[0][0])
+            del pk, pv
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--sweep", action="store_true", help="every tiles configuration")
+    p.add_argument("--quick", action="store_true", help="B 1 and 64 at 4K, B 16 at 32K")
+    a = p.parse_args()
+    print(f"device: {torch.cuda.get_device_name()}; Hq {HQ}, Hkv {HKV}, D {D}, one query token")
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(0)
+    shapes = [(1, 4096), (16, 32768), (64, 4096)] if a.quick else \
+        [(b, c) for b in (1, 16, 64) for c in (4096, 32768, 131072)]
+    for batch, ctx in shapes:
+        case(batch, ctx, torch.float16, a.sweep, gen)
+        torch.cuda.empty_cache()  # the case's caches are gone: give their memory back
+    case(16, 32768, torch.bfloat16, a.sweep, gen)
+    if FAILED:
+        print("\nFAILED:\n  " + "\n  ".join(FAILED))
+        sys.exit(1)
+    print("\nall results within 2× SDPA's fp16 error")
+
+
+if __name__ == "__main__":
+    main()

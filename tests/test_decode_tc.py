@@ -1,0 +1,125 @@
+"""Split-KV decoding on tensor cores (:mod:`numba_softmax.kernels.decode_tc`) against the
+float64 references, beside the CUDA-core decode kernel on the same problems: GQA groups
+and MQA, speculative rows, causal and windows, splits and exact chunks, rows that see no
+key, a negative scale, dense and paged caches; which kernel the dispatch picks; every
+launch configuration (GPU)."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from numba_softmax import reference as R
+from numba_softmax.kernels import decode_launch as KD
+from numba_softmax.kernels import decode_tc as TC
+from numba_softmax.kernels import paged as KP
+
+from _attention_data import BF16, F16, F32, check, fresh, paged_cache, poisoned, random, values
+from _helpers import SIMULATOR, sized
+
+SMALL = dict(small=SIMULATOR)
+TENSOR, CUDA_CORES = {}, False  # the ``tiles`` argument: force one kernel or the other
+
+
+def decode(q, k, v, tiles, **kw):
+    b, h, sq, _ = q.shape
+    o, lse = poisoned((b, h, sq, v.shape[-1]), q.dtype), poisoned((b, h, sq), F32)
+    KD.launch(*(cuda.to_device(x) for x in (q, k, v)), o, lse, tiles=tiles, **SMALL, **kw)
+    return o.copy_to_host(), lse.copy_to_host()
+
+
+def reference(q, k, v, **kw):
+    return R.attention(values(q), values(k), values(v), return_lse=True, **kw)
+
+
+# (Hq, Hkv, Sq, Sk, D, Dv, causal, window, split options, dtype)
+CASES = [
+    (8, 2, 1, (37, 4099), 16, 16, False, (-1, -1), {}, F16),                # GQA 4, chosen splits
+    (4, 1, 3, (50, 3001), 8, 24, True, (-1, -1), dict(num_splits=3), BF16),  # MQA, speculative
+    (2, 2, 2, (41, 2000), 16, 8, True, (6, 0), dict(kv_chunk=16), F16),      # window, exact chunks
+    (32, 8, 1, (20, 1031), 16, 16, False, (3, 2), {}, BF16),                 # both-sided window
+    (4, 2, 5, (3, 4), 16, 16, True, (-1, -1), {}, F16),                      # rows that see no key
+]
+
+
+@pytest.mark.parametrize("tiles", [TENSOR, CUDA_CORES], ids=["tensor", "cuda_cores"])
+@pytest.mark.parametrize("hq, hkv, sq, sk, d, dv, causal, window, split, dtype", CASES)
+def test_decode_matches_reference(hq, hkv, sq, sk, d, dv, causal, window, split, dtype, tiles):
+    rng, seed = fresh()
+    sk = sized(*sk)
+    d, dv = (d, dv) if SIMULATOR else (8 * d, 8 * dv) if max(d, dv) <= 16 else (d, dv)
+    q = random(rng, (sized(1, 3), hq, sq, d), dtype, spread=1.5)
+    k, v = random(rng, (q.shape[0], hkv, sk, d), dtype), random(rng, (q.shape[0], hkv, sk, dv), dtype)
+    o, lse = decode(q, k, v, tiles, causal=causal, window=window, **split)
+    check(o, lse, *reference(q, k, v, causal=causal, window=window), dtype,
+          f"seed {seed}, tiles {tiles}")
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16])
+def test_negative_scale(dtype):
+    rng, seed = fresh()
+    q = random(rng, (1, 4, 1, 16), dtype, spread=1.5)
+    k, v = random(rng, (1, 2, sized(33, 999), 16), dtype), random(rng, (1, 2, sized(33, 999), 16), dtype)
+    o, lse = decode(q, k, v, TENSOR, scale=-0.3, num_splits=2)
+    check(o, lse, *reference(q, k, v, scale=-0.3), dtype, f"seed {seed}")
+
+
+@pytest.mark.parametrize("tiles", [TENSOR, CUDA_CORES], ids=["tensor", "cuda_cores"])
+def test_paged_decode(tiles):
+    """A shuffled block table with a shared prefix, block size 5 (not a power of two) and
+    4, an empty sequence; speculative causal rows."""
+    rng, seed = fresh()
+    for bs, lengths, sq in ((5, [11, 0, 23], 2), (4, [17, 9], 1)):
+        if not SIMULATOR:
+            bs, lengths = bs * 16, [n * 97 + 1 for n in lengths]
+        k_cache, v_cache, table, lengths = paged_cache(rng, lengths, bs, 2, 16, 16, F16, 1)
+        q = random(rng, (len(lengths), 8, sq, 16), F16, spread=1.5)
+        o, lse = poisoned(q.shape, F16), poisoned(q.shape[:3], F32)
+        KP.launch(*(cuda.to_device(x) for x in (q, k_cache, v_cache, table, lengths)), o, lse,
+                  causal=True, tiles=tiles, **SMALL)
+        ref = R.paged_attention(values(q), values(k_cache), values(v_cache), table, lengths,
+                                causal=True, return_lse=True)
+        check(o.copy_to_host(), lse.copy_to_host(), *ref, F16, f"seed {seed}, block size {bs}")
+
+
+def test_dispatch():
+    """Tensor cores for float16 / bfloat16 with D, Dv multiples of 8 up to 128, aligned
+    rows and a usable scale; the CUDA-core kernel for the rest."""
+    def arr(shape, dtype=F16):
+        return cuda.to_device(np.zeros(shape, dtype))
+
+    q, kv = arr((1, 4, 1, 64)), arr((1, 2, 9, 64))
+    assert KD.tensor_cores(q, kv, kv, 0.125)
+    assert KD.tensor_cores(arr((1, 4, 1, 128), BF16), arr((1, 2, 9, 128), BF16),
+                           arr((1, 2, 9, 128), BF16), 0.1)
+    assert not KD.tensor_cores(arr((1, 4, 1, 64), F32), arr((1, 2, 9, 64), F32),
+                               arr((1, 2, 9, 64), F32), 0.125)  # float32: CUDA cores, exact
+    assert not KD.tensor_cores(arr((1, 4, 1, 12)), arr((1, 2, 9, 12)), arr((1, 2, 9, 12)), 0.3)
+    assert not KD.tensor_cores(arr((1, 4, 1, 136)), arr((1, 2, 9, 136)), arr((1, 2, 9, 136)), 0.1)
+    assert not KD.tensor_cores(q, kv, kv, 0.0)  # the tensor-core masks need scale ≠ 0
+    strided = arr((1, 2, 9, 128))[:, :, :, ::2]  # 64 values 4 bytes apart: no 16-byte copies
+    assert not KD.tensor_cores(q, strided, strided, 0.125)
+
+
+def test_tiles_are_checked():
+    with pytest.raises(ValueError, match="block_k"):
+        TC.Tiles(64, 64, block_k=24)
+    with pytest.raises(ValueError, match="stages"):
+        TC.Tiles(64, 64, stages=1)
+    t = TC.Tiles(128, 128, warps=4, block_k=32, stages=2)
+    assert t.shared == 4 * 2 * 32 * (128 + 128 + 16) * 2
+
+
+@pytest.mark.skipif(SIMULATOR, reason="GPU only: every launch configuration")
+def test_every_configuration_gives_the_same_answer():
+    rng, seed = fresh()
+    q = random(rng, (2, 32, 1, 128), F16, spread=1.5)
+    k, v = random(rng, (2, 8, 5003, 128), F16), random(rng, (2, 8, 5003, 128), F16)
+    ref = reference(q, k, v)
+    for warps in (1, 2, 4, 8):
+        for block_k in (16, 32, 64):
+            for stages in (2, 3, 4):
+                tiles = dict(warps=warps, block_k=block_k, stages=stages)
+                if TC.Tiles(128, 128, **tiles).shared > 227 * 1024:
+                    continue
+                o, lse = decode(q, k, v, tiles)
+                check(o, lse, *ref, F16, f"seed {seed}, tiles {tiles}")
