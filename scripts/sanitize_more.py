@@ -48,6 +48,33 @@ def attention_tc_cases(sim):
                                                     (100, 100, 128, False, (17, 3), 4, 1)]:
             cases.append(Case(f"attention_tc:{name}:{sq}x{sk}:D{d}:{'causal' if causal else 'full'}:"
                               f"w{window}:h{hq}/{hkv}", make(dtype, sq, sk, d, causal, window, hq, hkv)))
+
+    def decode(dtype, sq, sk, d, causal, hq, hkv, page):  # split-KV decoding on tensor cores
+        def run():
+            g = torch.Generator(device="cuda").manual_seed(sq * 100 + sk + d)
+            q = torch.randn(2, hq, sq, d, device="cuda", generator=g).to(dtype)
+            k = torch.randn(2, hkv, sk, d, device="cuda", generator=g).to(dtype)
+            v = torch.randn(2, hkv, sk, d, device="cuda", generator=g).to(dtype)
+            if page:  # the same keys as a shuffled pool of pages (sk a multiple of page)
+                per = sk // page
+                perm = torch.randperm(2 * per, device="cuda", generator=g)
+                pool_k, pool_v = (x.view(2, hkv, per, page, d).permute(0, 2, 3, 1, 4)
+                                  .reshape(2 * per, page, hkv, d)[perm.argsort()] for x in (k, v))
+                table = perm.view(2, per).to(torch.int32)
+                lens = torch.full((2,), sk, device="cuda", dtype=torch.int32)
+                o = ns.paged_attention(q, pool_k, pool_v, table, lens, causal=causal)
+            else:
+                o = ns.attention(q, k, v, causal=causal, num_splits=None)
+            ref = R.attention(*(t.float().cpu().numpy() for t in (q, k, v)), causal=causal)
+            np.testing.assert_allclose(o.float().cpu().numpy(), ref, rtol=2e-2, atol=2e-2)
+
+        return run
+
+    for dtype, name in ((torch.float16, "float16"), (torch.bfloat16, "bfloat16")):
+        for sq, sk, d, causal, hq, hkv, page in [(1, 1000, 128, False, 8, 2, 0),
+                                                 (3, 272, 64, True, 4, 1, 16)]:
+            cases.append(Case(f"decode_tc:{name}:{sq}x{sk}:D{d}:{'causal' if causal else 'full'}:"
+                              f"h{hq}/{hkv}:page{page}", decode(dtype, sq, sk, d, causal, hq, hkv, page)))
     return cases
 
 

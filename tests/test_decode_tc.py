@@ -63,10 +63,11 @@ def test_negative_scale(dtype):
     check(o, lse, *reference(q, k, v, scale=-0.3), dtype, f"seed {seed}")
 
 
-@pytest.mark.parametrize("tiles", [TENSOR, CUDA_CORES], ids=["tensor", "cuda_cores"])
+@pytest.mark.parametrize("tiles", [TENSOR, CUDA_CORES] + ([] if SIMULATOR else [dict(block_k=64)]),
+                         ids=["tensor", "cuda_cores"] + ([] if SIMULATOR else ["tensor_bk64"]))
 def test_paged_decode(tiles):
     """A shuffled block table with a shared prefix, block size 5 (not a power of two) and
-    4, an empty sequence; speculative causal rows."""
+    4, an empty sequence; speculative causal rows.  (Block_k 64: two table entries a lane.)"""
     rng, seed = fresh()
     for bs, lengths, sq in ((5, [11, 0, 23], 2), (4, [17, 9], 1)):
         if not SIMULATOR:

@@ -3,7 +3,9 @@ strides, ties, rows without softmax, temperature, log; the public ``softmax_topk
 
 On the simulator the shapes are tiny (a warp vote costs milliseconds there) but cross
 every path: two warps per block, an idle warp past the last row, two warps' lists merged,
-several pieces of a row merged, ragged ends.  On a GPU the same tests run bigger.
+several pieces of a row merged, ragged ends; the split by radix select with ties decided
+in the index's bytes (all-equal rows, ±0), pieces shorter than k, one piece.  On a GPU
+the same tests run bigger.
 """
 
 import numba
@@ -11,6 +13,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
+from numba_softmax.kernels import launcher
 from numba_softmax.kernels import topk as K
 from numba_softmax.reference import topk as RT
 from numba_softmax.topk import softmax_topk
@@ -97,6 +100,53 @@ def test_split_row_pieces_merged():
     x = rng.integers(-20, 20, (2, sized(100, 200_000))).astype(np.float32)  # ties across pieces
     x[1, -1] = np.nan  # in the last piece
     run(x, 5, plan=K.Plan(False, sized(32, 256), 4, sized(3, 40)))  # 3 pieces: one list unpaired
+
+
+# --- the split path by radix select (kernels/topk_select.py) --------------------------------
+def radix_rows(V, rng):
+    """Special rows, plus all-equal (the k lowest indices), ±0, and ties at every rank."""
+    x = np.concatenate([special_rows(V, rng), np.zeros((3, V))])
+    x[6] = 1.5  # all equal: every key shares its value bytes, the index bytes decide
+    x[7, ::2] = -0.0  # −0 and +0 are equal values
+    x[7, 5::7] = rng.integers(-2, 3, len(x[7, 5::7]))
+    x[8] = rng.integers(0, 3, V) * 0.25
+    return x
+
+
+@pytest.mark.parametrize("k, threads, splits", [(1, 32, 3), (7, 64, 4), (40, 32, 6), (19, 64, 1)])
+def test_radix_split_special_rows_and_ties(k, threads, splits):
+    rng = np.random.default_rng(k)
+    V = sized(211, 20_000)  # ragged: the last piece is short (and some pieces < k)
+    run(radix_rows(V, rng), k, plan=K.Plan(False, threads, 4, sized(splits, 40), True))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
+def test_radix_split_dtypes_log_temperature(dtype):
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((3, sized(260, 70_000))) * 3
+    x[1] = np.round(x[1])  # ties
+    x[2, ::5] = -np.inf
+    run(x, 12, dtype=dtype, plan=K.Plan(False, sized(32, 256), 8, sized(3, 30), True), log=True,
+        temperature=1.0 if dtype == "float64" else 0.8)
+
+
+def test_radix_split_strided_and_k_equal_to_v():
+    rng = np.random.default_rng(9)
+    x = rng.integers(-2, 2, (2, 70)).astype(np.float64)
+    run(x, 70, strided=True, plan=K.Plan(False, 32, 1, 2, True))  # W = 1, every entry kept
+
+
+def test_choose_takes_the_radix_split_for_few_long_rows():
+    limits = launcher.Limits("H100", sms=132, max_threads=1024, shared_optin=227 * 1024,
+                             shared_per_sm=228 * 1024, l2_bytes=50 << 20)
+    for k in (8, 50, 128):
+        p = K.choose(1, 128256, k, np.dtype(np.float32), 4, limits, True)
+        assert p.radix and p.splits > 1 and p.splits * k <= 1024 * K.RADIX_MERGE_PER_THREAD
+    assert not K.choose(1, 128256, 50, np.dtype(np.float32), 4, limits).radix  # the sampler's
+    assert not K.choose(64, 128256, 8, np.dtype(np.float32), 4, limits, True).radix  # > 1 wave
+    assert not K.choose(1, 2**24, 128, np.dtype(np.float32), 4, limits, True).radix  # S·k too many
+    rng = np.random.default_rng(10)
+    run(rng.standard_normal((1, sized(2100, 128256))), 5)  # the default plan: radix split
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])

@@ -38,11 +38,12 @@ import functools
 import math
 
 import numba
-from numba import cuda, int64
+from numba import cuda, int32, int64
 
 from .attention_tc import LOG2E, PAD
 from .decode_merge import fold_shared, merge_when_last
 from . import jit
+from .warp import shfl2
 from . import visible as vis
 from .mma import (cp_async16, cp_async_commit, cp_async_wait, for_dtype, ldmatrix_x4,
                   ldmatrix_x4_trans, max_nan)
@@ -89,36 +90,41 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
     finish = fold_shared(dtype, dv, DVP, RB, W)
     merge_z = merge_when_last(dtype, dv, RB, W)
 
-    if paged:
-        @jit.device
-        def key_row(x, b, hk, key, table, page_shift):
-            """(2-D view, row) of key ``key``: its pool block's rows of head hk; position
-            p → block table[b, p // bs], row p % bs (a shift and a mask for bs = 2^s)."""
-            bs = x.shape[1]
-            if page_shift >= 0:
-                blk, row = table[b, key >> page_shift], key & ((1 << page_shift) - 1)
-            else:
-                blk, row = table[b, key // bs], key % bs
-            blk = min(max(blk, 0), x.shape[0] - 1)  # never outside the pool
-            return x[blk, :, hk], row
-    else:
-        @jit.device
-        def key_row(x, b, hk, key, table, page_shift):
-            """(2-D view, row) of key ``key``: x[b, hk], row key."""
-            return x[b, hk], key
+    @jit.device
+    def tile_pages(table, b, key0, e, n_blocks, bs, page_shift, lane):
+        """Paged: the pool blocks of keys key0 + lane and key0 + lane + 32 (past e: e − 1's),
+        this lane's share of a tile's table entries — loaded a tile ahead of its copies,
+        then handed to the copying lanes by shuffles.  Dense: nothing."""
+        pg = cuda.local.array(2, int32)
+        pg[0], pg[1] = 0, 0
+        if paged:
+            for h in range(2 if BC > 32 else 1):
+                key = min(key0 + lane + 32 * h, e - 1)
+                page = key >> page_shift if page_shift >= 0 else key // bs
+                pg[h] = min(max(table[b, page], 0), n_blocks - 1)  # never outside the pool
+        return pg[0], pg[1]
 
     @jit.device
-    def stage(smem, base, x, n, width, stride, b, hk, key0, e, table, page_shift, lane):
+    def stage(smem, base, x, n, width, stride, b, hk, key0, e, pg0, pg1, page_shift, lane):
         """The warp copies rows key0 … key0 + Bc − 1 of x (n values each) into its buffer
-        at ``base``: 16 bytes a lane per copy; rows ≥ e and columns ≥ n become zeros."""
+        at ``base``: 16 bytes a lane per copy; rows ≥ e and columns ≥ n become zeros.
+        Paged, row r's block is lane r % 32's pg0 (pg1 for r ≥ 32): position p → block
+        table[b, p // bs], row p % bs (a shift and a mask for bs = 2^s)."""
         chunks = width // 8
-        for idx in range(lane, BC * chunks, 32):
+        for idx in range(lane, BC * chunks, 32):  # the same trip count in every lane
             r = idx // chunks
             c = 8 * (idx - r * chunks)
-            key = key0 + r
-            src, row = key_row(x, b, hk, min(key, e - 1), table, page_shift)
+            key = min(key0 + r, e - 1)
+            if paged:
+                blk0, blk1 = shfl2(pg0, pg1, r & 31)
+                blk = blk1 if r >= 32 else blk0
+                bs = x.shape[1]
+                row = key & ((1 << page_shift) - 1) if page_shift >= 0 else key % bs
+                src = x[blk, :, hk]
+            else:
+                src, row = x[b, hk], key
             cp_async16(smem, base + r * stride + c, src, row, min(c, n - 8),
-                       key < e and c < n)
+                       key0 + r < e and c < n)
 
     @jit.kernel
     def decode(q, k, v, o, lse, o_ws, lse_ws, counters, table, seqlens, scale, left, right,
@@ -185,20 +191,31 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
         mine = warp * ST * TILE  # this warp's buffers
         n_tiles = (e - a + BC - 1) // BC if e > a else 0
         count = (n_tiles - warp + W - 1) // W if n_tiles > warp else 0  # the warp's tiles
+        n_blocks, bs = k.shape[0], k.shape[1]  # (paged: the pool)
+        pg0, pg1 = int32(0), int32(0)  # the blocks of the next tile to copy (paged)
+        if count > 0:
+            pg0, pg1 = tile_pages(table, b, a + warp * BC, e, n_blocks, bs, page_shift, lane)
         for it in range(ST - 1):  # the first ST − 1 tiles' copies start before the loop
             if it < count:
-                key0 = a + (warp + it * W) * BC
-                stage(smem, mine + it * TILE, k, d, DP, KS, b, hk, key0, e, table, page_shift, lane)
-                stage(smem, mine + it * TILE + BC * KS, v, dv, DVP, VS, b, hk, key0, e, table,
-                      page_shift, lane)
+                key0, at = a + (warp + it * W) * BC, mine + it * TILE
+                stage(smem, at, k, d, DP, KS, b, hk, key0, e, pg0, pg1, page_shift, lane)
+                stage(smem, at + BC * KS, v, dv, DVP, VS, b, hk, key0, e, pg0, pg1, page_shift,
+                      lane)
+                if it + 1 < count:  # the next tile's blocks, a tile ahead
+                    pg0, pg1 = tile_pages(table, b, key0 + W * BC, e, n_blocks, bs, page_shift,
+                                          lane)
             cp_async_commit()  # (an empty group where there is no tile: the count stays right)
         for it in range(count):
             j0 = a + (warp + it * W) * BC
             nxt = it + ST - 1  # its buffer held tile it − 1, which every lane is done with
             if nxt < count:
                 key0, at = a + (warp + nxt * W) * BC, mine + (nxt % ST) * TILE
-                stage(smem, at, k, d, DP, KS, b, hk, key0, e, table, page_shift, lane)
-                stage(smem, at + BC * KS, v, dv, DVP, VS, b, hk, key0, e, table, page_shift, lane)
+                stage(smem, at, k, d, DP, KS, b, hk, key0, e, pg0, pg1, page_shift, lane)
+                stage(smem, at + BC * KS, v, dv, DVP, VS, b, hk, key0, e, pg0, pg1, page_shift,
+                      lane)
+                if nxt + 1 < count:  # its loads land while tile it is computed
+                    pg0, pg1 = tile_pages(table, b, key0 + W * BC, e, n_blocks, bs, page_shift,
+                                          lane)
             cp_async_commit()
             wait_tile()  # this lane's copies of tile it have landed …
             cuda.syncwarp(FULL)  # … and every lane's: the warp may read the buffer

@@ -17,8 +17,10 @@ Three layouts (:func:`choose`):
 * *a block per row* for long rows when there are enough of them to fill the device;
 * *split*: few long rows (B = 1 in decoding) cut into S pieces, one block each; kernel 1
   writes each piece's state (m, ℓ, k values, k indices) to a workspace, kernel 2 merges a
-  row's S states (:func:`.topk_state.pieces_state`) and writes.  The launch boundary is
-  the grid-wide barrier.
+  row's S states and writes.  The launch boundary is the grid-wide barrier.  By default
+  both kernels select by radix (:mod:`.topk_select`: a cost that does not follow k);
+  the sorted lists (:func:`piece_kernel`, :func:`.topk_state.pieces_state`) remain for
+  sampling's perturbed values and for plans that ask for them.
 
 Memory traffic: read N·b once; write k·(b + 8) per row (+ the split workspace, S·k·8 per
 row).  Values come out in the input's dtype (probabilities; bfloat16 as uint16 bits),
@@ -27,32 +29,36 @@ gives NaN values at indices 0 … k − 1.  NumPy twin: :func:`numba_softmax.ref
 """
 
 import functools
-import math
 from typing import NamedTuple
 
 import numba
 import numpy as np
 from numba import cuda
 
-from ..combine import weight_device
 from ..draws import row_key_device
-from . import jit, launcher, vector
+from . import jit, launcher, topk_select, vector
 from .jit import accumulator
 from .chunk import pow2_ceil as _pow2_at_least
-from .topk_state import WARP, block_memory, pieces_state, row_state
+from .topk_select import MAX_K  # 128: a warp's list holds ⌈k/32⌉ ≤ 4 entries per lane
+from .topk_state import WARP, block_memory, pieces_state, row_state, writer
 
-MAX_K = 128  # a warp's list holds ⌈k/32⌉ ≤ 4 entries per lane
 MERGE_THREADS = 512  # the split path's merge block (at most)
+RADIX_MERGE_THREADS = 1024  # the radix merge's block: its S·k entries in registers
+RADIX_MERGE_PER_THREAD = 8  # … at most this many a thread (choose keeps S·k below)
+RADIX_BLOCKS = 2  # radix pieces per multiprocessor at most: one wave (~90 registers a thread)
 
 
 class Plan(NamedTuple):
     """A launch configuration: a warp per row, or ``threads`` per block (row or piece);
-    ``vpt`` values per thread per chunk; ``splits`` pieces per row (1: no split)."""
+    ``vpt`` values per thread per chunk; ``splits`` pieces per row (1: no split);
+    ``radix``: the split path selects by radix (:mod:`.topk_select`; a piece is then held
+    whole, ⌈piece/threads⌉ values a thread) instead of by sorted lists."""
 
     warp_rows: bool
     threads: int
     vpt: int
     splits: int = 1
+    radix: bool = False
 
 
 def max_splits(dtype, k):
@@ -62,7 +68,7 @@ def max_splits(dtype, k):
     return _pow2_at_most(entries // (WARP * -(-k // WARP)))
 
 
-def choose(rows, n, k, dtype, width, limits):
+def choose(rows, n, k, dtype, width, limits, radix=False):
     """The layout for a (rows, n) problem on a device with ``limits``.
 
     Short rows (≤ 4 chunks of a warp): a warp per row.  Long rows, at least one per
@@ -71,6 +77,10 @@ def choose(rows, n, k, dtype, width, limits):
     so fewer warps per row do less work.  Fewer rows: split each row into pieces (blocks
     of 256 threads, 512 for a handful of rows: shorter per-warp insertion chains), enough
     for ~16 warps per multiprocessor, as many as the merge's shared memory holds.
+    With ``radix`` (plain top-k; the sampler's perturbed pass keeps the lists) the split
+    selects by radix instead: pieces of 256 threads × 8 values held in registers (16
+    where more pieces would not run in one wave, or the merge's S·k entries would not
+    fit its registers); where neither fits, the lists.
     """
     sms, max_threads = limits.sms, min(limits.max_threads, 512)
     vpt = min(4 * width, 16) if width > 1 else 8  # 16 keeps float16 in registers
@@ -79,6 +89,13 @@ def choose(rows, n, k, dtype, width, limits):
     if rows >= sms:
         warps = max(2, min(8, _pow2_at_least(-(-12 * sms // rows))))
         return Plan(False, min(WARP * warps, max_threads), vpt)
+    if radix:
+        threads = min(256, max_threads)
+        cap = min(RADIX_MERGE_THREADS, limits.max_threads) * RADIX_MERGE_PER_THREAD
+        for per in (8, 16):  # (32 a thread would take ~210 registers)
+            splits = -(-n // (threads * per))
+            if rows * splits <= RADIX_BLOCKS * sms and splits * k <= cap:
+                return Plan(False, threads, per, splits, True)
     threads = min(512 if 4 * rows < sms else 256, max_threads)
     splits = min(max_splits(dtype, k), -(-16 * sms * WARP // (rows * threads)), -(-n // (threads * width)))
     return Plan(False, threads, vpt, max(splits, 1))
@@ -114,30 +131,6 @@ def kernel(dtype, threads, vpt, width, slots, warp_rows, log):
         write(values, indices, row, sv, si, base, k, m, l, first, step)
 
     return softmax_topk
-
-
-@functools.cache
-def writer(dtype, log):
-    """Device function: the k outputs of a row from its list and (m, ℓ)."""
-    acc = accumulator(dtype)
-    store = jit.storer(dtype)
-
-    @jit.device
-    def write(values, indices, row, sv, si, base, k, m, l, first, step):
-        good = l > 0  # ℓ is NaN (NaN or +inf in the row) or 0 (all −inf): no softmax
-        c = acc(0.0)
-        if good:
-            c = math.log(l) if log else acc(1.0) / l
-        for r in range(first, k, step):
-            if good:
-                u = sv[base + r]
-                values[row, r] = store((u - m) - c if log else weight_device(u, m) * c)
-                indices[row, r] = si[base + r]
-            else:  # torch: softmax is NaN everywhere; topk of NaNs, ties to the lower index
-                values[row, r] = store(acc(math.nan))
-                indices[row, r] = r
-
-    return write
 
 
 @functools.cache
@@ -236,16 +229,18 @@ def launch(x, k, values, indices, *, temperature=1.0, log=False, stream=0, plan=
     acc = np.dtype(str(accumulator(x.dtype)))
     inv_t = acc.type(1.0 / temperature)
     width = vector.vector_width(x)
-    p = plan or choose(rows, n, k, x.dtype, width, launcher.device_limits())
+    p = plan or choose(rows, n, k, x.dtype, width, launcher.device_limits(), True)
     slots = -(-k // WARP)
     vpt = max(p.vpt, width) // width * width
-    if p.splits == 1:
+    if p.splits == 1 and not p.radix:
         args = (x, k, inv_t, values, indices)
         kern, threads = fit(lambda t: kernel(x.dtype, t, vpt, width, slots, p.warp_rows, log),
                             p.threads, args)
         grid = -(-rows // (threads // WARP)) if p.warp_rows else rows
         launcher.launch(kern, grid, threads, stream, args)
         return
+    if p.radix:
+        return _launch_radix(x, k, inv_t, values, indices, log, p, width, stream)
     piece, splits = pieces(n, min(p.splits, max_splits(x.dtype, k)), width)
     ws = workspace(rows, splits, k, acc, stream)
     args = (x, k, inv_t, np.uint64(0), piece) + ws
@@ -256,6 +251,26 @@ def launch(x, k, values, indices, *, temperature=1.0, log=False, stream=0, plan=
     launcher.launch(merge, rows, threads, stream, ws + (k, values, indices))
 
 
-def merge_threads():
+def merge_threads(radix=False):
     """Threads of the split merge block (the simulator's small blocks there)."""
-    return min(MERGE_THREADS, launcher.device_limits().max_threads)
+    most = RADIX_MERGE_THREADS if radix else MERGE_THREADS
+    return min(most, launcher.device_limits().max_threads)
+
+
+def _launch_radix(x, k, inv_t, values, indices, log, p, width, stream):
+    """The split path by radix select (:mod:`.topk_select`): kernel 1 per piece, kernel 2
+    per row.  Each kernel holds its entries in registers: ⌈piece/threads⌉ values (a
+    multiple of W) a thread, and ⌈S·k/threads⌉ (a power of two) in the merge."""
+    rows, n = x.shape
+    piece, splits = pieces(n, p.splits, width)
+    ws = workspace(rows, splits, k, np.dtype(str(accumulator(x.dtype))), stream)
+    args = (x, k, inv_t, piece, topk_select.index_bytes(piece - 1)) + ws
+    per_piece = lambda t: -(-piece // (t * width)) * width  # noqa: E731
+    kern, threads = fit(lambda t: topk_select.piece_kernel(x.dtype, t, per_piece(t), width),
+                        p.threads, args)
+    launcher.launch(kern, (rows, splits), threads, stream, args)
+    args = ws + (k, n, topk_select.index_bytes(n - 1), values, indices)
+    per_merge = lambda t: _pow2_at_least(-(-splits * k // t))  # noqa: E731
+    merge, threads = fit(lambda t: topk_select.merge_kernel(x.dtype, per_merge(t), t, log),
+                         merge_threads(True), args)
+    launcher.launch(merge, rows, threads, stream, args)

@@ -21,7 +21,8 @@ their indices) — built for a piece of a row, one read of the values:
 
 Ties go to the lower index and NaN never enters a list (:func:`combine.precedes`), so the
 result does not depend on which thread, warp or block saw which value.  The kernels that
-use this (:mod:`.topk`, :mod:`.sample`) add only what they write.
+use this (:mod:`.topk`, :mod:`.sample`) add only what they write (:func:`writer`: a row's
+k outputs from its list and (m, ℓ), also the end of :mod:`.topk_select`).
 """
 
 import functools
@@ -272,3 +273,26 @@ def pieces_state(acc, lists, threads, slots):
 
     return state
 
+
+@functools.cache
+def writer(dtype, log):
+    """Device function: the k outputs of a row from its list and (m, ℓ)."""
+    acc = accumulator(dtype)
+    store = jit.storer(dtype)
+
+    @jit.device
+    def write(values, indices, row, sv, si, base, k, m, l, first, step):
+        good = l > 0  # ℓ is NaN (NaN or +inf in the row) or 0 (all −inf): no softmax
+        c = acc(0.0)
+        if good:
+            c = math.log(l) if log else acc(1.0) / l
+        for r in range(first, k, step):
+            if good:
+                u = sv[base + r]
+                values[row, r] = store((u - m) - c if log else weight_device(u, m) * c)
+                indices[row, r] = si[base + r]
+            else:  # torch: softmax is NaN everywhere; topk of NaNs, ties to the lower index
+                values[row, r] = store(acc(math.nan))
+                indices[row, r] = r
+
+    return write

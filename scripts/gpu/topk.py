@@ -5,16 +5,20 @@ kernel time against ``torch.topk(torch.softmax(x / T, -1), k)``.
     python scripts/gpu/topk.py            # ~60–120 s on an H100 including JIT; stdout only
 
 1. correctness (fresh random data, poisoned outputs): every layout (warp per row, block
-   per row, split), float16 / bfloat16 / float32 / float64, k up to 128, log, temperature,
-   strided input, special rows (ties, −inf, NaN, +inf, all −inf) — values against the
-   float64 NumPy reference (explicit tolerances), indices exactly where the reference
-   values are not tied, and against torch (indices where torch's values are not tied);
+   per row, split by radix select, split by sorted lists), float16 / bfloat16 / float32 /
+   float64, k up to 128, log, temperature, strided input, special rows (ties, −inf, NaN,
+   +inf, all −inf) — values against the float64 NumPy reference (explicit tolerances),
+   indices exactly where the reference values are not tied, and against torch (indices
+   where torch's values are not tied);
 2. sampling: tokens against the NumPy twin (same counter-based hash: at most 0.1 % may
    differ, draws within float rounding of a boundary), χ² of 200000 draws per path;
 3. timing (CUDA events around calls queued behind ``torch.cuda._sleep``, median of 21,
    inputs rotated beyond the 50 MB L2): B ∈ {1, 64, 1024} × V ∈ {32000, 128256, 262144}
    × k ∈ {8, 50}, float32, plus bfloat16 for one shape.  Columns: our ms, torch ms,
    speed-up, GB/s of one read of the logits, that as % of a device copy's GB/s, the plan.
+   Then few rows (B ∈ {1, 4, 16}), the split by radix select against the split by sorted
+   lists (each forced: the plan ``choose`` makes with and without ``radix``) — issue #18's
+   last target is B = 1, V = 128256, k = 50 in ≤ 20 µs.
 
 Exits 1 (after printing every failure) if any check fails; the timing runs only then.
 """
@@ -188,6 +192,38 @@ def copy_gbps():
     return 2 * a.numel() * 4 / t / 1e9
 
 
+def layout(plan):
+    if plan.warp_rows:
+        return "warp/row"
+    if plan.radix:
+        return f"radix {plan.splits}×{plan.threads}"
+    return f"split {plan.splits}×{plan.threads}" if plan.splits > 1 else f"block {plan.threads}"
+
+
+def timing_split():
+    """Few rows: the split by radix select against the split by sorted lists, float32."""
+    print("\nfew rows, split by radix select vs by sorted lists (float32, kernel time, µs)")
+    print(f"{'B':>4} {'V':>7} {'k':>4} {'radix µs':>9} {'lists µs':>9} {'torch µs':>9}  plans")
+    limits = launcher.device_limits()
+    for B, V, k in [(1, 128256, 8), (1, 128256, 50), (1, 128256, 128), (1, 262144, 50),
+                    (1, 32000, 50), (4, 128256, 50), (16, 128256, 50)]:
+        sets = max(1, min(64, -(-80 * 2**20 // (B * V * 4))))  # beyond the L2
+        inputs = [torch.randn(B, V, device="cuda") for _ in range(sets)]
+        views = {id(x): numba_view(x) for x in inputs}
+        values = torch.empty(B, k, device="cuda")
+        indices = torch.empty(B, k, device="cuda", dtype=torch.int64)
+        vv, iv = numba_view(values), numba_view(indices)
+        radix = K.choose(B, V, k, np.dtype(np.float32), 4, limits, True)
+        if not radix.radix:  # choose keeps the lists here: time the radix split anyway
+            radix = K.Plan(False, 256, 16, -(-V // 4096), True)
+        lists = K.choose(B, V, k, np.dtype(np.float32), 4, limits)
+        t = [device_time(lambda x: K.launch(views[id(x)], k, vv, iv, plan=p), inputs)
+             for p in (radix, lists)]
+        torch_t = device_time(lambda x: torch.topk(torch.softmax(x, -1), k), inputs)
+        print(f"{B:>4} {V:>7} {k:>4} {t[0] * 1e6:>9.1f} {t[1] * 1e6:>9.1f} {torch_t * 1e6:>9.1f}  "
+              f"{layout(radix)} / {layout(lists)}")
+
+
 def timing():
     copy = copy_gbps()
     print(f"\ndevice copy (read + write): {copy:.0f} GB/s")
@@ -206,10 +242,9 @@ def timing():
         theirs = device_time(lambda x: torch.topk(torch.softmax(x, -1), k), inputs)
         gbps = nbytes / ours / 1e9
         plan = K.choose(B, V, k, np.uint16 if dtype == "bfloat16" else np.dtype(dtype), 4 if dtype == "float32" else 8,
-                        launcher.device_limits())
-        layout = "warp/row" if plan.warp_rows else (f"split {plan.splits}×{plan.threads}" if plan.splits > 1
-                                                    else f"block {plan.threads}")
-        rows.append((B, V, k, dtype, ours * 1e3, theirs * 1e3, theirs / ours, gbps, 100 * gbps / copy, layout))
+                        launcher.device_limits(), True)
+        rows.append((B, V, k, dtype, ours * 1e3, theirs * 1e3, theirs / ours, gbps,
+                     100 * gbps / copy, layout(plan)))
         del inputs, views
     head = ("B", "V", "k", "dtype", "ours ms", "torch ms", "speed-up", "GB/s (1 read)", "% of copy", "layout")
     print("\nsoftmax + top-k, kernel time (median of 21; torch: topk(softmax(x)))")
@@ -235,6 +270,16 @@ def main():
          K.Plan(False, 512, 16)),
         ("split forced, B=5, V=3000, k=1, f16", 5, 3000, 1, "float16", 1.0, False, False,
          K.Plan(False, 64, 8, 7)),
+        ("split lists forced, B=1, V=128256, k=50, f32", 1, 128256, 50, "float32", 1.0, False,
+         False, K.Plan(False, 512, 16, 63)),
+        ("split radix forced, B=5, V=262144, k=33, f64, log", 5, 262144, 33, "float64", 1.0,
+         True, False, K.Plan(False, 256, 8, 128, True)),
+        ("split radix forced, B=5, V=100000, k=128, bf16, T=0.7", 5, 100000, 128, "bfloat16", 0.7,
+         False, False, K.Plan(False, 256, 16, 25, True)),
+        ("split radix forced, B=6, V=50001, k=64, f16, strided", 6, 50001, 64, "float16", 1.0,
+         False, True, K.Plan(False, 128, 8, 49, True)),
+        ("split radix forced, B=5, V=3000, k=1, f32, one piece", 5, 3000, 1, "float32", 1.0,
+         False, False, K.Plan(False, 1024, 4, 1, True)),
     ]
     for name, *args in cases:
         try:
@@ -256,6 +301,7 @@ def main():
         print("\n".join(failures))
         sys.exit(1)
     timing()
+    timing_split()
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
 
 

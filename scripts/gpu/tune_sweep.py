@@ -1,6 +1,7 @@
-"""Launch-configuration sweeps for the decode kernel and the split top-k (issues 17, 18).
+"""Launch-configuration sweep of the split top-k (issue 18).  (The decode kernel's sweep,
+of the tensor-core kernel's tiles, is ``scripts/gpu/decode_tc.py --sweep``.)
 
-    python scripts/gpu/tune_sweep.py [--only decode|topk]
+    python scripts/gpu/tune_sweep.py
 
 Kernel time by CUDA events around calls queued behind ``torch.cuda._sleep`` (so host
 time is hidden), median of 5 sets of 20 calls, inputs rotated past the L2.  Each
@@ -17,7 +18,7 @@ import torch
 
 import numba_softmax as ns
 from numba_softmax import plans
-from numba_softmax.kernels import decode, topk
+from numba_softmax.kernels import topk
 
 
 def kernel_ms(fn, sets, calls=20, rounds=5):
@@ -39,51 +40,6 @@ def kernel_ms(fn, sets, calls=20, rounds=5):
 def fresh_plans():
     with plans._LOCK:
         plans._PLANS.clear()
-
-
-def decode_sweep():
-    hq, hkv, d = 32, 8, 128
-    cases = []
-    for batch, ctx in ((1, 4096), (1, 131072), (16, 32768), (64, 4096)):
-        nbytes = 2 * batch * hkv * ctx * d * 2
-        sets = max(1, min(8, (200 << 20) // nbytes + 1))
-        data = [(torch.randn(batch, hq, 1, d, device="cuda", dtype=torch.float16),
-                 torch.randn(batch, hkv, ctx, d, device="cuda", dtype=torch.float16),
-                 torch.randn(batch, hkv, ctx, d, device="cuda", dtype=torch.float16))
-                for _ in range(sets)]
-        sdpa = kernel_ms(lambda i: torch.nn.functional.scaled_dot_product_attention(
-            *data[i], enable_gqa=True), sets)
-        want = ns.attention(*data[0], num_splits=None).float()
-        cases.append((batch, ctx, nbytes, sets, data, sdpa, want))
-        print(f"decode B{batch} ctx {ctx}: SDPA {sdpa * 1e3:.1f} µs = {nbytes / sdpa / 1e6:.0f} GB/s")
-    print(f"\n{'case':>14} {'warps':>5} {'unroll':>6} {'splits':>7} {'µs':>8} {'GB/s':>6} {'× SDPA':>7} max|diff|")
-    base_lanes, base_warps = decode.lanes, decode.WARPS
-    for warps in (4, 8, 16):
-        for unroll in (2, 4, 8):
-            def lanes(dtype, dd, dv, unroll=unroll):
-                lpk, kpw, _ = base_lanes(dtype, dd, dv)
-                return lpk, kpw, unroll
-
-            decode.lanes, decode.WARPS = lanes, warps
-            decode.kernel.cache_clear()
-            for batch, ctx, nbytes, sets, data, sdpa, want in cases:
-                for splits in (None, "x2"):
-                    fresh_plans()
-                    n = None
-                    if splits == "x2":
-                        n = min(decode.MAX_SPLITS, 2 * max(1, round(1056 / (batch * hkv))))
-                    name = f"B{batch} {ctx}"
-                    try:
-                        t = kernel_ms(lambda i: ns.attention(*data[i], num_splits=n), sets)
-                        diff = float((ns.attention(*data[0], num_splits=n).float() - want).abs().max())
-                    except Exception as e:  # noqa: BLE001 - a configuration that cannot launch
-                        print(f"{name:>14} {warps:>5} {unroll:>6} {str(splits):>7}  {type(e).__name__}: {e}"[:160])
-                        continue
-                    print(f"{name:>14} {warps:>5} {unroll:>6} {str(n or 'auto'):>7} {t * 1e3:8.1f} "
-                          f"{nbytes / t / 1e6:6.0f} {sdpa / t:7.2f} {diff:.1e}")
-    decode.lanes, decode.WARPS = base_lanes, base_warps
-    decode.kernel.cache_clear()
-    fresh_plans()
 
 
 def topk_sweep():
@@ -116,10 +72,6 @@ def topk_sweep():
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
-    p.add_argument("--only", choices=("decode", "topk"))
-    a = p.parse_args()
+    p.parse_args()
     print(f"device: {torch.cuda.get_device_name()}")
-    if a.only != "decode":
-        topk_sweep()
-    if a.only != "topk":
-        decode_sweep()
+    topk_sweep()
