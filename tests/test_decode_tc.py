@@ -66,11 +66,12 @@ def test_negative_scale(dtype):
 @pytest.mark.parametrize("tiles", [TENSOR, CUDA_CORES] + ([] if SIMULATOR else [dict(block_k=64)]),
                          ids=["tensor", "cuda_cores"] + ([] if SIMULATOR else ["tensor_bk64"]))
 def test_paged_decode(tiles):
-    """A shuffled block table with a shared prefix, block size 5 (not a power of two) and
-    4, an empty sequence; speculative causal rows.  (Block_k 64: two table entries a lane.)"""
+    """A shuffled block table with a shared prefix, block size 5 (not a power of two), 4
+    and 16 (a tile of keys inside one page: one table read), an empty sequence,
+    speculative causal rows.  (Block_k 64: two table entries a lane.)"""
     rng, seed = fresh()
-    for bs, lengths, sq in ((5, [11, 0, 23], 2), (4, [17, 9], 1)):
-        if not SIMULATOR:
+    for bs, lengths, sq in ((5, [11, 0, 23], 2), (4, [17, 9], 1), (16, [37, 16], 1)):
+        if not SIMULATOR:  # (16 → 256: whole tiles inside one page)
             bs, lengths = bs * 16, [n * 97 + 1 for n in lengths]
         k_cache, v_cache, table, lengths = paged_cache(rng, lengths, bs, 2, 16, 16, F16, 1)
         q = random(rng, (len(lengths), 8, sq, 16), F16, spread=1.5)

@@ -67,8 +67,11 @@ def _cuda_cores(q, d, dv, packed, paged, width, small, args):
     return dec, warps, rows, shared, warps * kpw * unroll
 
 
-def _tensor_core(q, d, dv, packed, paged, small, options):
-    """The same for :mod:`.decode_tc` (``options``: its :class:`~.decode_tc.Tiles`)."""
+def _tensor_core(q, d, dv, packed, paged, bs, small, options):
+    """The same for :mod:`.decode_tc` (``options``: its :class:`~.decode_tc.Tiles`; paged
+    with pages of 16 keys, tiles of 16 keys: each tile then reads one table entry)."""
+    if paged and not options and 16 <= bs < 32 and bs & (bs - 1) == 0:
+        options = dict(block_k=16, stages=3)  # a tile of keys inside one page: one table read
     tiles = decode_tc.Tiles(d, dv, small=small, **options)
     rows = min(packed, decode_tc.ROWS)
     dec = decode_tc.kernel(q.dtype, d, dv, rows, tiles.warps, tiles.block_k, tiles.stages,
@@ -108,8 +111,8 @@ def run(q, k, v, o, lse, *, paged, table=None, seqlens=None, max_seqlen_k=None,
                 kv_chunk, splits, -(-packed // rows), page_shift)
 
     if tiles is not False and tensor_cores(q, k, v, scale):
-        dec, warps, rows, shared, step = _tensor_core(q, d, dv, packed, bool(paged), small,
-                                                       tiles or {})
+        dec, warps, rows, shared, step = _tensor_core(q, d, dv, packed, bool(paged), bs,
+                                                       small, tiles or {})
     else:
         width = tileio.global_width([q, k, v], (decode.VALUES_PER_LANE, d, dv))
         dec, warps, rows, shared, step = _cuda_cores(q, d, dv, packed, bool(paged), width,

@@ -43,7 +43,7 @@ from numba import cuda, int32, int64
 from .attention_tc import LOG2E, PAD
 from .decode_merge import fold_shared, merge_when_last
 from . import jit
-from .warp import shfl2
+from .warp import shfl, shfl2
 from . import visible as vis
 from .mma import (cp_async16, cp_async_commit, cp_async_wait, for_dtype, ldmatrix_x4,
                   ldmatrix_x4_trans, max_nan)
@@ -104,27 +104,43 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
                 pg[h] = min(max(table[b, page], 0), n_blocks - 1)  # never outside the pool
         return pg[0], pg[1]
 
-    @jit.device
-    def stage(smem, base, x, n, width, stride, b, hk, key0, e, pg0, pg1, page_shift, lane):
-        """The warp copies rows key0 … key0 + Bc − 1 of x (n values each) into its buffer
-        at ``base``: 16 bytes a lane per copy; rows ≥ e and columns ≥ n become zeros.
-        Paged, row r's block is lane r % 32's pg0 (pg1 for r ≥ 32): position p → block
-        table[b, p // bs], row p % bs (a shift and a mask for bs = 2^s)."""
-        chunks = width // 8
-        for idx in range(lane, BC * chunks, 32):  # the same trip count in every lane
-            r = idx // chunks
-            c = 8 * (idx - r * chunks)
-            key = min(key0 + r, e - 1)
-            if paged:
-                blk0, blk1 = shfl2(pg0, pg1, r & 31)
-                blk = blk1 if r >= 32 else blk0
-                bs = x.shape[1]
-                row = key & ((1 << page_shift) - 1) if page_shift >= 0 else key % bs
-                src = x[blk, :, hk]
-            else:
-                src, row = x[b, hk], key
-            cp_async16(smem, base + r * stride + c, src, row, min(c, n - 8),
-                       key0 + r < e and c < n)
+    if paged:
+        @jit.device
+        def stage(smem, base, x, n, width, stride, b, hk, key0, e, pg0, pg1, page_shift, lane):
+            """The warp copies the rows of keys key0 … key0 + Bc − 1 (n values each) from
+            the pool x into its buffer at ``base``: 16 bytes a lane per copy; keys ≥ e and
+            columns ≥ n become zeros.  A tile inside one block (bs = 2^s ≥ Bc and key0 a
+            multiple of Bc: the usual case) takes its block id from lane 0's pg0, once;
+            any other finds row r's block in lane r % 32's pg0 (pg1 for r ≥ 32), for
+            position p: block table[b, p // bs], row p % bs."""
+            chunks, bs = width // 8, x.shape[1]
+            one = page_shift >= 0 and (1 << page_shift) >= BC and (key0 & (BC - 1)) == 0
+            tile = x[shfl(pg0, 0), :, hk]  # (every lane shuffles: a warp-wide instruction)
+            row0 = key0 & ((1 << page_shift) - 1) if page_shift >= 0 else 0
+            for idx in range(lane, BC * chunks, 32):  # the same trip count in every lane
+                r = idx // chunks
+                c = 8 * (idx - r * chunks)
+                key = min(key0 + r, e - 1)
+                if one:  # (the same in every lane of the warp)
+                    src, row = tile, row0 + key - key0
+                else:
+                    blk0, blk1 = shfl2(pg0, pg1, r & 31)
+                    row = key & ((1 << page_shift) - 1) if page_shift >= 0 else key % bs
+                    src = x[blk1 if r >= 32 else blk0, :, hk]
+                cp_async16(smem, base + r * stride + c, src, row, min(c, n - 8),
+                           key0 + r < e and c < n)
+    else:
+        @jit.device
+        def stage(smem, base, x, n, width, stride, b, hk, key0, e, pg0, pg1, page_shift, lane):
+            """The warp copies rows key0 … key0 + Bc − 1 of x[b, hk] (n values each) into
+            its buffer at ``base``: 16 bytes a lane per copy; rows ≥ e and columns ≥ n
+            become zeros."""
+            chunks, src = width // 8, x[b, hk]
+            for idx in range(lane, BC * chunks, 32):
+                r = idx // chunks
+                c = 8 * (idx - r * chunks)
+                cp_async16(smem, base + r * stride + c, src, min(key0 + r, e - 1),
+                           min(c, n - 8), key0 + r < e and c < n)
 
     @jit.kernel
     def decode(q, k, v, o, lse, o_ws, lse_ws, counters, table, seqlens, scale, left, right,
