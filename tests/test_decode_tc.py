@@ -38,6 +38,8 @@ CASES = [
     (2, 2, 2, (41, 2000), 16, 8, True, (6, 0), dict(kv_chunk=16), F16),      # window, exact chunks
     (32, 8, 1, (20, 1031), 16, 16, False, (3, 2), {}, BF16),                 # both-sided window
     (4, 2, 5, (3, 4), 16, 16, True, (-1, -1), {}, F16),                      # rows that see no key
+    # GPU: 48 KB of staging + the fold's static shared memory: the launch must opt in
+    (4, 2, 1, (1, 1), 40, 24, False, (-1, -1), dict(num_splits=2), F16),
 ]
 
 

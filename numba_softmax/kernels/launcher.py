@@ -111,19 +111,23 @@ _OPTED_IN = {}
 
 
 def _allow_shared(kernel, args, shared):
-    """Let the compiled kernel use ``shared`` bytes of dynamic shared memory (> 48 KB
-    needs an explicit opt-in per kernel and device)."""
-    if shared <= STATIC_SHARED_LIMIT or simulator_enabled():
+    """Let the compiled kernel use ``shared`` bytes of dynamic shared memory: a block
+    whose dynamic and static shared memory pass 48 KB needs an explicit opt-in per
+    kernel and device (without it the launch fails: CUDA_ERROR_INVALID_VALUE)."""
+    if shared == 0 or simulator_enabled():
         return
     k = compiled(kernel, args)
+    static = k.shared_mem_per_block  # the kernel's cuda.shared.array()s of fixed size
+    if shared + static <= STATIC_SHARED_LIMIT:
+        return
     cufunc = k._codelibrary.get_cufunc()  # numba-cuda holds the CUkernel handle here
     key = (int(cufunc.handle), cufunc.device.id)
     if _OPTED_IN.get(key, 0) >= shared:
         return
     limit = device_limits().shared_optin
-    if shared > limit:
-        raise ValueError(f"{kernel.__name__} asks for {shared} bytes of shared memory; "
-                         f"this device allows {limit} per block")
+    if shared + static > limit:
+        raise ValueError(f"{kernel.__name__} asks for {shared} bytes of shared memory and "
+                         f"has {static} of its own; this device allows {limit} per block")
     from cuda.bindings import driver
 
     attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
