@@ -17,7 +17,6 @@ Prints tables; nothing is kept.
 """
 
 import argparse
-import statistics
 import sys
 
 import torch
@@ -27,27 +26,13 @@ from numba_softmax.kernels import decode_launch as DL
 from numba_softmax.kernels import decode_tc as TC
 from numba_softmax.kernels import paged as KP
 
+from _timing import kernel_ms  # (scripts/gpu/, the script's own folder)
+
 HQ, HKV, D = 32, 8, 128
 CONFIGS = [dict(warps=w, block_k=bk, stages=st) for w, bk, st in
            ((4, 32, 2), (4, 16, 3), (4, 16, 4), (8, 16, 2), (2, 32, 3), (4, 64, 2), (8, 32, 2),
             (2, 64, 2), (4, 32, 3))]
 FAILED = []
-
-
-def kernel_ms(fn, sets, calls=20, rounds=5):
-    fn(0)
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(rounds):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(200_000_000)  # ~100 ms: the calls below are queued before it ends
-        start.record()
-        for i in range(calls):
-            fn(i % sets)
-        end.record()
-        torch.cuda.synchronize()
-        out.append(start.elapsed_time(end) / calls)
-    return statistics.median(out)
 
 
 def nb(t):

@@ -11,7 +11,6 @@ Prints a table per case; nothing is kept.
 """
 
 import argparse
-import statistics
 
 import numpy as np
 import torch
@@ -20,21 +19,7 @@ import numba_softmax as ns
 from numba_softmax import plans
 from numba_softmax.kernels import topk
 
-
-def kernel_ms(fn, sets, calls=20, rounds=5):
-    fn(0)
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(rounds):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(4_000_000)  # ~2 ms: the calls below are queued before it ends
-        start.record()
-        for i in range(calls):
-            fn(i % sets)
-        end.record()
-        torch.cuda.synchronize()
-        out.append(start.elapsed_time(end) / calls)
-    return statistics.median(out)
+from _timing import kernel_ms  # (scripts/gpu/, the script's own folder)
 
 
 def fresh_plans():
