@@ -36,7 +36,7 @@ import numpy as np
 from numba import cuda
 
 from ..draws import row_key_device
-from . import jit, launcher, topk_select, vector
+from . import jit, launcher, topk_filter, topk_select, vector
 from .jit import accumulator
 from .chunk import pow2_ceil as _pow2_at_least
 from .topk_select import MAX_K  # 128: a warp's list holds ⌈k/32⌉ ≤ 4 entries per lane
@@ -52,13 +52,15 @@ class Plan(NamedTuple):
     """A launch configuration: a warp per row, or ``threads`` per block (row or piece);
     ``vpt`` values per thread per chunk; ``splits`` pieces per row (1: no split);
     ``radix``: the split path selects by radix (:mod:`.topk_select`; a piece is then held
-    whole, ⌈piece/threads⌉ values a thread) instead of by sorted lists."""
+    whole, ⌈piece/threads⌉ values a thread) instead of by sorted lists; ``filter``: a
+    block streams its row or piece past a threshold (:mod:`.topk_filter`)."""
 
     warp_rows: bool
     threads: int
     vpt: int
     splits: int = 1
     radix: bool = False
+    filter: bool = False
 
 
 def max_splits(dtype, k):
@@ -232,6 +234,8 @@ def launch(x, k, values, indices, *, temperature=1.0, log=False, stream=0, plan=
     p = plan or choose(rows, n, k, x.dtype, width, launcher.device_limits(), True)
     slots = -(-k // WARP)
     vpt = max(p.vpt, width) // width * width
+    if p.filter:
+        return _launch_filter(x, k, inv_t, values, indices, log, p, width, stream)
     if p.splits == 1 and not p.radix:
         args = (x, k, inv_t, values, indices)
         kern, threads = fit(lambda t: kernel(x.dtype, t, vpt, width, slots, p.warp_rows, log),
@@ -269,8 +273,32 @@ def _launch_radix(x, k, inv_t, values, indices, log, p, width, stream):
     kern, threads = fit(lambda t: topk_select.piece_kernel(x.dtype, t, per_piece(t), width),
                         p.threads, args)
     launcher.launch(kern, (rows, splits), threads, stream, args)
+    _radix_merge(x, k, values, indices, log, splits, ws, stream)
+
+
+def _launch_filter(x, k, inv_t, values, indices, log, p, width, stream):
+    """The threshold filter (:mod:`.topk_filter`): a block per row writes the row; with
+    pieces, a block per piece writes its state and the radix merge folds them."""
+    rows, n = x.shape
+    piece, splits = pieces(n, p.splits, width)
+    per = max(p.vpt, width) // width * width
+    if topk_filter.capacity(p.threads, per) > topk_filter.capacity(256, 8):
+        raise ValueError(f"a filter plan of {p.threads} threads × {per} values overflows its "
+                         f"buffer's shared memory: at most 2048 values a chunk")
+    ws = workspace(rows, splits, k, np.dtype(str(accumulator(x.dtype))), stream)
+    args = (x, k, inv_t, piece, topk_select.index_bytes(piece - 1)) + ws + (values, indices)
+    kern, threads = fit(lambda t: topk_filter.filter_kernel(x.dtype, t, per, width, log),
+                        p.threads, args)
+    launcher.launch(kern, (rows, splits), threads, stream, args)
+    if splits > 1:
+        _radix_merge(x, k, values, indices, log, splits, ws, stream)
+
+
+def _radix_merge(x, k, values, indices, log, splits, ws, stream):
+    """Kernel 2 of the radix and filter splits: a block per row folds its S piece states."""
+    n = x.shape[1]
     args = ws + (k, n, topk_select.index_bytes(n - 1), values, indices)
     per_merge = lambda t: _pow2_at_least(-(-splits * k // t))  # noqa: E731
     merge, threads = fit(lambda t: topk_select.merge_kernel(x.dtype, per_merge(t), t, log),
                          merge_threads(True), args)
-    launcher.launch(merge, rows, threads, stream, args)
+    launcher.launch(merge, x.shape[0], threads, stream, args)

@@ -8,7 +8,8 @@ flipped, negatives inverted, −0 as +0), then the index reversed (the lower ind
 first) — so no two keys are equal; NaN and empty slots take no part.  Then, byte by byte
 from the most significant:
 
-    round   a 256-bin histogram (shared-memory atomics) of the next byte of the keys that
+    round   a 256-bin histogram (shared-memory atomics, one per warp and bin: the lanes
+            with the same byte add their count once) of the next byte of the keys that
             still match the threshold's bytes so far; one warp scans it from the top for
             the bin where the count reaches the entries still needed — the next byte of
             the k-th key.  Done when that bin holds exactly the entries still needed:
@@ -41,7 +42,7 @@ from . import jit, vector
 from .jit import accumulator
 from .reduce import block_combine
 from .topk_state import writer
-from .warp import shfl
+from .warp import peers, shfl
 
 WARP = 32
 MAX_K = 128  # the longest list: the shared buffers of the gather and the sorted list
@@ -138,6 +139,7 @@ def radix_select(acc, per_thread):
     @jit.device
     def select(u, j, top, idx_bytes, k, hist, ctrl, cv, ci, sv, si):
         tid, threads = cuda.threadIdx.x, cuda.blockDim.x
+        lane = numba.uint32(tid % WARP)
         vk = cuda.local.array(per_thread, kt)  # the value's bytes; the index's: top − j
         for c in range(per_thread):
             vk[c] = key(u[c]) if j[c] != EMPTY else kt(0)
@@ -152,11 +154,15 @@ def radix_select(acc, per_thread):
             h = (rnd % 2) * BINS  # the histograms alternate: one counts, one is zeroed
             shift = kt(8 * (value_bytes - 1 - rnd) if rnd < value_bytes else 8 * (last - rnd))
             for c in range(per_thread):  # count the next byte of the keys still in play
+                bin_ = -1  # (not in play)
                 if vk[c] != kt(0) and (vk[c] & mv) == pv:
                     ik = kt(top - j[c])
                     if (ik & mi) == pi:
                         w = vk[c] if rnd < value_bytes else ik
-                        cuda.atomic.add(hist, h + numba.int32((w >> shift) & byte), 1)
+                        bin_ = numba.int32((w >> shift) & byte)
+                same = peers(bin_)  # the warp's lanes counting into the same bin …
+                if bin_ >= 0 and (same & ((numba.uint32(1) << lane) - numba.uint32(1))) == 0:
+                    cuda.atomic.add(hist, h + bin_, cuda.popc(same))  # … add once, by the lowest
             for q in range(tid, BINS, threads):  # last round's, for the next round
                 hist[BINS - h + q] = 0
             cuda.syncthreads()  # the histogram is complete before warp 0 scans it

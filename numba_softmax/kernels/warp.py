@@ -7,6 +7,8 @@ the 32 lanes of a warp (:mod:`.topk_state`) needs two more primitives:
                          i → bit i; numba's own ``ballot_sync`` is signed)
     shfl(v, src)         every lane receives lane ``src``'s v
     shfl2(a, b, src)     two values from the same lane (one exchange on the simulator)
+    peers(v)             the lanes whose v equals this lane's, as bits (``match.any``):
+                         lanes adding to one shared counter add once, by their lowest lane
 
 All lanes of the warp must call them together (full mask; whole warps).  The CUDA
 simulator has none of them: under it the same names are emulations on the simulated
@@ -54,6 +56,13 @@ if simulator_enabled():
     def shfl2(a, b, src):
         return _exchange((a, b))[src]
 
+    def peers(v):
+        word = 0
+        for lane, other in enumerate(_exchange(v)):
+            if other == v:
+                word |= 1 << lane
+        return word
+
 else:
 
     @jit.device
@@ -70,3 +79,7 @@ else:
     @jit.device
     def shfl2(a, b, src):
         return cuda.shfl_sync(FULL_MASK, a, src), cuda.shfl_sync(FULL_MASK, b, src)
+
+    @jit.device
+    def peers(v):
+        return numba.uint32(cuda.match_any_sync(FULL_MASK, numba.int32(v)))
