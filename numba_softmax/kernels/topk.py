@@ -46,6 +46,9 @@ MERGE_THREADS = 512  # the split path's merge block (at most)
 RADIX_MERGE_THREADS = 1024  # the radix merge's block: its S·k entries in registers
 RADIX_MERGE_PER_THREAD = 8  # … at most this many a thread (choose keeps S·k below)
 RADIX_BLOCKS = 2  # radix pieces per multiprocessor at most: one wave (~90 registers a thread)
+FILTER_MIN_K = 8  # the threshold filter for k above this …
+FILTER_MIN_ROWS = 16  # … and at least this many rows (fewer: the radix split)
+FILTER_THREADS = 256
 
 
 class Plan(NamedTuple):
@@ -82,12 +85,19 @@ def choose(rows, n, k, dtype, width, limits, radix=False):
     With ``radix`` (plain top-k; the sampler's perturbed pass keeps the lists) the split
     selects by radix instead: pieces of 256 threads × 8 values held in registers (16
     where more pieces would not run in one wave, or the merge's S·k entries would not
-    fit its registers); where neither fits, the lists.
+    fit its registers); where neither fits, the lists.  And with ``radix``, k above
+    :data:`FILTER_MIN_K` and at least :data:`FILTER_MIN_ROWS` rows: the threshold filter
+    (a list's insertions grow with k, the filter's work does not), a block per row, or
+    per piece where fewer rows than ~2 blocks per multiprocessor.
     """
     sms, max_threads = limits.sms, min(limits.max_threads, 512)
     vpt = min(4 * width, 16) if width > 1 else 8  # 16 keeps float16 in registers
     if n <= 4 * WARP * vpt:
         return Plan(True, min(128, max_threads), vpt)
+    if radix and k > FILTER_MIN_K and rows >= FILTER_MIN_ROWS:
+        threads, per = FILTER_THREADS, topk_filter.chunk_values(dtype, width)
+        splits = max(1, min(-(-2 * sms // rows), n // (4 * threads * per)))  # ≥ 4 chunks a piece
+        return Plan(False, threads, per, splits, filter=True)
     if rows >= sms:
         warps = max(2, min(8, _pow2_at_least(-(-12 * sms // rows))))
         return Plan(False, min(WARP * warps, max_threads), vpt)
@@ -282,9 +292,9 @@ def _launch_filter(x, k, inv_t, values, indices, log, p, width, stream):
     rows, n = x.shape
     piece, splits = pieces(n, p.splits, width)
     per = max(p.vpt, width) // width * width
-    if topk_filter.capacity(p.threads, per) > topk_filter.capacity(256, 8):
+    if topk_filter.buffer_bytes(p.threads, per, x.dtype) > topk_filter.MAX_BUFFER_BYTES:
         raise ValueError(f"a filter plan of {p.threads} threads × {per} values overflows its "
-                         f"buffer's shared memory: at most 2048 values a chunk")
+                         f"buffer's shared memory ({topk_filter.MAX_BUFFER_BYTES} bytes)")
     ws = workspace(rows, splits, k, np.dtype(str(accumulator(x.dtype))), stream)
     args = (x, k, inv_t, piece, topk_select.index_bytes(piece - 1)) + ws + (values, indices)
     kern, threads = fit(lambda t: topk_filter.filter_kernel(x.dtype, t, per, width, log),

@@ -91,18 +91,12 @@ def few_rows(quick):
         if chosen.radix or chosen.filter:
             for skip, what in ((None, "both kernels"), (1, "piece kernel only"), (0, "merge kernel only")):
                 row(f"chosen, {what}", case, *case.time(chosen, skip))
-            base = K.RADIX_MERGE_THREADS
-            for merge in (256, 512):
-                K.RADIX_MERGE_THREADS = merge
-                row(f"chosen, merge of {merge} threads", case, *case.time(chosen))
-            K.RADIX_MERGE_THREADS = base
-        for threads, per in ((128, 8), (256, 4), (256, 8), (512, 4)):
+        for threads, per in ((256, 8), (512, 4)):
             plan = radix(V, threads, per, k)
             if plan is not None:
                 row(f"radix {plan.splits} × {threads} × {per}", case, *case.time(plan))
-        for splits in (16, 32, 64, 132):
-            if splits * k <= K.RADIX_MERGE_THREADS * K.RADIX_MERGE_PER_THREAD:
-                row(f"filter {splits} × 256 × 8", case, *case.time(K.Plan(False, 256, 8, splits, filter=True)))
+        for splits in (32, 64):
+            row(f"filter {splits} × 128 × 16", case, *case.time(K.Plan(False, 128, 16, splits, filter=True)))
 
 
 def many_rows(quick):
@@ -114,15 +108,11 @@ def many_rows(quick):
         chosen = K.choose(B, V, k, np.dtype(np.float32), 4, limits, True)
         print(f"\nB {B} V {V} k {k}: torch {case.torch_ms * 1e3:.1f} µs; chosen {chosen}")
         row("chosen", case, *case.time(chosen))
-        for threads, per in ((256, 8), (128, 16)):
-            plan = radix(V, threads, per, k)
-            if plan is not None:
-                row(f"radix {plan.splits} × {threads} × {per}", case, *case.time(plan))
         for splits in sorted({1, -(-2 * limits.sms // B), -(-4 * limits.sms // B)}):
-            for threads, per in ((128, 16), (256, 8), (512, 4)):
+            for threads, per in ((64, 16), (128, 16), (256, 16), (256, 8)):
                 plan = K.Plan(False, threads, per, splits, filter=True)
                 row(f"filter {splits} × {threads} × {per}", case, *case.time(plan))
-        for threads in (128, 512):
+        for threads in (64, 128, 512):
             row(f"lists block/row × {threads}", case, *case.time(K.Plan(False, threads, 16)))
         del case
 
