@@ -6,16 +6,15 @@ it with probability about k/i, so a row of n values offers about k·(1 + ln(n/k)
 candidates in all (≈ 400 for k = 50, n = 128256), whatever the threads do.  So a block
 streams its row (or its piece of one) chunk by chunk:
 
-    first      each thread loads its values of the first chunk (W-wide loads); u = x/T
-               folded into the thread's (m, ℓ); the radix select (:mod:`.topk_select`)
-               picks the chunk's k best straight from the registers: θ = (the k-th best
-               value, its index) is set before any buffer is used
     stream     chunk by chunk, the next chunk's loads flying while this one is processed:
-               the values that precede θ go into the warp's own segment of a shared
-               buffer (a ballot, then each lane's rank among its warp's candidates: no
-               atomics, the count a register of the warp); one barrier a chunk asks
-               whether any warp's segment may not hold another chunk
-    compact    if so: the radix select keeps the buffer's k best, sorted, dealt back to
+               u = x/T folded into the thread's (m, ℓ) by the combiner; the values that
+               precede θ = (the k-th best value so far, its index) go into the warp's own
+               segment of a shared buffer (a ballot, then each lane's rank among its
+               warp's candidates: no atomics, the count a register of the warp); one
+               barrier a chunk asks whether any warp's segment may not hold another chunk
+    compact    if so (after the first chunk, when θ was −inf, always): the radix select
+               (:mod:`.topk_select`, reading the buffer in place: the registers stay free
+               for the loads in flight) keeps the buffer's k best, sorted, dealt back to
                the warps' segments in turn; θ becomes the k-th
     end        a last compaction; the block's (m, ℓ); the k winners written (a whole row)
                or the piece's state to the workspace for :func:`.topk_select.merge_kernel`
@@ -55,16 +54,16 @@ def chunk_values(dtype, width):
 MAX_BUFFER_BYTES = 40 * 1024  # with the select's ~4.5 KB: under the 48 KB of static shared memory
 
 
+def segment(warps, per_thread):
+    """A warp's entries: its share of the k best and a chunk of its own values, rounded
+    to whole rows of 32 (so the buffer is ``per_select`` entries a thread)."""
+    return WARP * (-(-MAX_K // (warps * WARP)) + per_thread)
+
+
 def buffer_bytes(threads, per_thread, dtype):
-    """Shared bytes of the buffer: a chunk and the k best (value + int32 index each), in
-    one segment per warp."""
+    """Shared bytes of the buffer (value + int32 index an entry), a segment per warp."""
     warps = threads // WARP
     return warps * segment(warps, per_thread) * (np.dtype(str(accumulator(dtype))).itemsize + 4)
-
-
-def segment(warps, per_thread):
-    """A warp's entries: its share of the k best and a chunk of its own values."""
-    return -(-MAX_K // warps) + WARP * per_thread
 
 
 @functools.cache
@@ -79,65 +78,27 @@ def filter_kernel(dtype, threads, per_thread, width, log):
     span, warps = threads * per_thread, threads // WARP  # values a chunk; warps a block
     seg = segment(warps, per_thread)
     cap = warps * seg
-    per_select = -(-cap // threads)  # buffer entries a thread holds while compacting
-    select_first = radix_select(acc, per_thread)
-    select = radix_select(acc, per_select)
+    room = seg - WARP * per_thread  # a segment holding more than this may overflow next chunk
+    select = radix_select(acc, seg // WARP, strided=True)  # cap = threads · seg/32 entries
     memory = select_memory(acc)
     write = writer(dtype, log)
 
     @jit.device
-    def deal(bv, bi, sv, si, k, th, ti):
-        """The sorted k best dealt to the warps' segments in turn (entry r to warp r mod
-        warps); θ = the k-th.  Returns the calling warp's count.  Ends with a barrier."""
+    def compact(bv, bi, count, top, idx_bytes, k, hist, ctrl, cv, ci, sv, si, th, ti):
+        """The k best of every segment's entries, sorted into sv/si, dealt back to the
+        segments in turn (entry r to warp r mod warps); θ = the k-th.  Returns the calling
+        warp's new count.  Every thread calls it; it ends with a barrier."""
         tid = cuda.threadIdx.x
+        w = tid // WARP
+        for q in range(w * seg + count + tid % WARP, (w + 1) * seg, WARP):
+            bv[q], bi[q] = -math.inf, EMPTY  # a warp's unused slots: no entry
+        select(bv, bi, top, idx_bytes, k, hist, ctrl, cv, ci, sv, si)  # its barriers order this
         for r in range(tid, k, threads):
-            w = r % warps
-            bv[w * seg + r // warps], bi[w * seg + r // warps] = sv[r], si[r]
+            bv[(r % warps) * seg + r // warps], bi[(r % warps) * seg + r // warps] = sv[r], si[r]
         if tid == 0:
             th[0], ti[0] = sv[k - 1], si[k - 1]
         cuda.syncthreads()  # the segments and θ are new before anyone reads or appends
-        w = tid // WARP
         return (k - w + warps - 1) // warps
-
-    @jit.device
-    def next_chunk(x, row, base, stop, ahead, raw, u, inv_t):
-        """u = this chunk's values / T (−inf past the end) from ``ahead``, whose loads
-        are then issued for the next chunk; returns the chunk's (m, ℓ) of this thread."""
-        tid = cuda.threadIdx.x
-        for c in range(per_thread):
-            raw[c] = ahead[c]
-        for i in range(per_thread // width):  # the next chunk's loads: in flight meanwhile
-            load_row(x, row, base + span + (tid + i * threads) * width, stop, ahead,
-                     i * width, stored(0))
-        mc = acc(-math.inf)
-        for c in range(per_thread):
-            jc = base + (tid + (c // width) * threads) * width + c % width
-            u[c] = load(raw[c]) * inv_t if jc < stop else acc(-math.inf)
-            mc = larger_device(mc, u[c])
-        lc = acc(0.0)
-        for c in range(per_thread):
-            lc += weight_device(u[c], mc)
-        return mc, lc
-
-    @jit.device
-    def compact(bv, bi, count, top, idx_bytes, k, hist, ctrl, cv, ci, sv, si, th, ti):
-        """The k best of every segment's entries, sorted into sv/si and dealt back."""
-        tid = cuda.threadIdx.x
-        counts = cuda.shared.array(32, numba.int32)
-        if tid % WARP == 0:
-            counts[tid // WARP] = count
-        cuda.syncthreads()  # every warp's count is posted before any entry is read
-        uu = cuda.local.array(per_select, acc)
-        jj = cuda.local.array(per_select, numba.int32)
-        for c in range(per_select):
-            q = tid + c * threads
-            w = q // seg
-            if q < cap and q - w * seg < counts[w]:
-                uu[c], jj[c] = bv[q], bi[q]
-            else:
-                uu[c], jj[c] = acc(-math.inf), EMPTY
-        select(uu, jj, top, idx_bytes, k, hist, ctrl, cv, ci, sv, si)  # ends with a barrier
-        return deal(bv, bi, sv, si, k, th, ti)
 
     @jit.kernel(launch_bounds=(threads, max(1, 512 // threads)))  # 128 registers: 512 threads an SM
     def filter_topk(x, k, inv_t, piece, idx_bytes, ws_v, ws_i, ws_m, ws_l, values, indices):
@@ -151,23 +112,29 @@ def filter_kernel(dtype, threads, per_thread, width, log):
         below = (numba.uint32(1) << lane) - numba.uint32(1)  # the lanes before this one
         start = s * piece
         stop = min(start + piece, x.shape[1])
-        top = stop - 1
-        raw = cuda.local.array(per_thread, stored)
         ahead = cuda.local.array(per_thread, stored)
         u = cuda.local.array(per_thread, acc)
-        j = cuda.local.array(per_thread, numba.int32)
         for i in range(per_thread // width):  # the first chunk's loads
             load_row(x, row, start + (tid + i * threads) * width, stop, ahead, i * width, stored(0))
-        # first chunk: (m, ℓ), and its k best selected from the registers → θ
-        m, l = next_chunk(x, row, start, stop, ahead, raw, u, inv_t)
-        for c in range(per_thread):
-            jc = start + (tid + (c // width) * threads) * width + c % width
-            j[c] = jc if jc < stop else EMPTY
-        select_first(u, j, top, idx_bytes, k, hist, ctrl, cv, ci, sv, si)
-        count = deal(bv, bi, sv, si, k, th, ti)
-        for base in range(start + span, stop, span):
-            mc, lc = next_chunk(x, row, base, stop, ahead, raw, u, inv_t)
-            m, l = combine_device(m, l, mc, lc)  # the thread's (m, ℓ), folded on
+        if tid == 0:  # θ = (−inf, EMPTY): before the first compaction every value is a candidate
+            th[0], ti[0] = -math.inf, EMPTY
+        m, l, count = acc(-math.inf), acc(0.0), 0
+        cuda.syncthreads()  # θ is set before anyone reads it
+        for base in range(start, stop, span):
+            # u = x / T, then the next chunk's loads are issued: in flight meanwhile
+            mc = acc(-math.inf)
+            for c in range(per_thread):
+                jc = base + (tid + (c // width) * threads) * width + c % width
+                u[c] = load(ahead[c]) * inv_t if jc < stop else acc(-math.inf)
+                mc = larger_device(mc, u[c])
+            for i in range(per_thread // width):
+                load_row(x, row, base + span + (tid + i * threads) * width, stop, ahead,
+                         i * width, stored(0))
+            # the chunk's (m, ℓ), folded into the thread's by the combiner
+            lc = acc(0.0)
+            for c in range(per_thread):
+                lc += weight_device(u[c], mc)
+            m, l = combine_device(m, l, mc, lc)
             # filter: the values that precede θ join the warp's segment
             tv, tj = th[0], ti[0]
             for c in range(per_thread):
@@ -179,9 +146,9 @@ def filter_kernel(dtype, threads, per_thread, width, log):
                     bv[q], bi[q] = u[c], jc
                 count += cuda.popc(votes)
             # every warp's candidates are in; compact if a segment may not hold the next chunk
-            if cuda.syncthreads_or(numba.int32(count > seg - WARP * per_thread)):
-                count = compact(bv, bi, count, top, idx_bytes, k, hist, ctrl, cv, ci, sv, si, th, ti)
-        count = compact(bv, bi, count, top, idx_bytes, k, hist, ctrl, cv, ci, sv, si, th, ti)
+            if cuda.syncthreads_or(numba.int32(count > room)):
+                count = compact(bv, bi, count, stop - 1, idx_bytes, k, hist, ctrl, cv, ci, sv, si, th, ti)
+        compact(bv, bi, count, stop - 1, idx_bytes, k, hist, ctrl, cv, ci, sv, si, th, ti)
         m, l = block_combine(m, l, m_sh, l_sh)  # the piece's (m, ℓ)
         if ws_m.shape[1] == 1:  # the whole row: its k outputs
             write(values, indices, row, sv, si, 0, k, m, l, tid, threads)

@@ -99,11 +99,13 @@ def order_key(acc):
 
 
 @functools.cache
-def radix_select(acc, per_thread):
+def radix_select(acc, per_thread, strided=False):
     """Device function ``select(u, j, top, idx_bytes, k, hist, ctrl, cv, ci, sv, si)``: the
     k best of the entries (u[c], j[c]), c < ``per_thread``, that the block's threads hold
     (j = EMPTY: no entry), sorted into sv/si[0 : k] and padded with (−inf, EMPTY).  Indices
-    satisfy top − idx < 256**idx_bytes.  Every thread of the block calls it."""
+    satisfy top − idx < 256**idx_bytes.  Every thread of the block calls it.  With
+    ``strided``, u and j are shared arrays and a thread's entries are u[tid + c·threads]
+    (those past the end: none) — a select that keeps nothing in registers."""
     kt, nbits, key = order_key(acc)
     value_bytes = nbits // 8
     byte = kt(0xFF)
@@ -137,12 +139,17 @@ def radix_select(acc, per_thread):
             ctrl[2] = 1 if hist[first + q] == need - above else 0
 
     @jit.device
+    def entry(u, j, c, tid, threads):
+        """A thread's c-th entry: (its key — the value's bytes, 0 for none —, u, j)."""
+        i = tid + c * threads if strided else c
+        if i >= u.shape[0] or j[i] == EMPTY:
+            return kt(0), acc(-math.inf), EMPTY
+        return key(u[i]), u[i], j[i]
+
+    @jit.device
     def select(u, j, top, idx_bytes, k, hist, ctrl, cv, ci, sv, si):
         tid, threads = cuda.threadIdx.x, cuda.blockDim.x
         lane = numba.uint32(tid % WARP)
-        vk = cuda.local.array(per_thread, kt)  # the value's bytes; the index's: top − j
-        for c in range(per_thread):
-            vk[c] = key(u[c]) if j[c] != EMPTY else kt(0)
         for q in range(tid, HIST, threads):
             hist[q] = 0
         if tid == 0:
@@ -154,11 +161,12 @@ def radix_select(acc, per_thread):
             h = (rnd % 2) * BINS  # the histograms alternate: one counts, one is zeroed
             shift = kt(8 * (value_bytes - 1 - rnd) if rnd < value_bytes else 8 * (last - rnd))
             for c in range(per_thread):  # count the next byte of the keys still in play
+                vk, _, jc = entry(u, j, c, tid, threads)  # the index's bytes: top − j
                 bin_ = -1  # (not in play)
-                if vk[c] != kt(0) and (vk[c] & mv) == pv:
-                    ik = kt(top - j[c])
+                if vk != kt(0) and (vk & mv) == pv:
+                    ik = kt(top - jc)
                     if (ik & mi) == pi:
-                        w = vk[c] if rnd < value_bytes else ik
+                        w = vk if rnd < value_bytes else ik
                         bin_ = numba.int32((w >> shift) & byte)
                 same = peers(bin_)  # the warp's lanes counting into the same bin …
                 if bin_ >= 0 and (same & ((numba.uint32(1) << lane) - numba.uint32(1))) == 0:
@@ -178,10 +186,11 @@ def radix_select(acc, per_thread):
                 break
             rnd += 1
         for c in range(per_thread):  # gather the chosen: key prefix ≥ the threshold's
-            v = vk[c] & mv
-            if vk[c] != kt(0) and (v > pv or (v == pv and (kt(top - j[c]) & mi) >= pi)):
+            vk, uc, jc = entry(u, j, c, tid, threads)
+            v = vk & mv
+            if vk != kt(0) and (v > pv or (v == pv and (kt(top - jc) & mi) >= pi)):
                 q = cuda.atomic.add(ctrl, 3, 1)
-                cv[q], ci[q] = u[c], j[c]
+                cv[q], ci[q] = uc, jc
         cuda.syncthreads()  # every chosen entry is in shared memory before any is ranked
         n = ctrl[3]
         for q in range(tid, k, threads):  # its place: how many chosen entries precede it

@@ -108,7 +108,7 @@ def many_rows(quick):
         chosen = K.choose(B, V, k, np.dtype(np.float32), 4, limits, True)
         print(f"\nB {B} V {V} k {k}: torch {case.torch_ms * 1e3:.1f} µs; chosen {chosen}")
         row("chosen", case, *case.time(chosen))
-        for splits in sorted({1, -(-2 * limits.sms // B), -(-4 * limits.sms // B)}):
+        for splits in sorted({1, -(-2 * limits.sms // B)}):
             for threads, per in ((64, 16), (128, 16), (256, 16), (256, 8)):
                 plan = K.Plan(False, threads, per, splits, filter=True)
                 row(f"filter {splits} × {threads} × {per}", case, *case.time(plan))
