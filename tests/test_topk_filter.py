@@ -61,13 +61,16 @@ def test_filter_refuses_a_plan_its_buffer_cannot_hold():
         run(rng.standard_normal((1, 5000)), 3, plan=plan(512, 1, 16))
 
 
-def test_choose_takes_the_filter_for_many_rows_and_larger_k():
+def test_choose_takes_the_filter_for_some_rows_and_larger_k():
     limits = K.launcher.device_limits()
-    p = K.choose(64, 128256, 50, np.dtype(np.float32), 4, limits, True)
-    assert p.filter and p.splits >= 1 and p.threads * p.vpt * 4 <= 128256 // p.splits
-    assert K.choose(1024, 128256, 50, np.dtype(np.float32), 4, limits, True).splits == 1
-    assert not K.choose(64, 128256, 8, np.dtype(np.float32), 4, limits, True).filter  # lists
-    assert not K.choose(64, 128256, 50, np.dtype(np.float32), 4, limits).filter  # sampler's
-    assert not K.choose(1, 128256, 50, np.dtype(np.float32), 4, limits, True).filter  # radix
+    f32 = np.dtype(np.float32)
+    rows = max(limits.sms // 4, 2)
+    p = K.choose(2 * limits.sms, 128256, 50, f32, 4, limits, True)
+    assert p.filter and p.splits == 1 and p.vpt == 8
+    assert K.choose(rows, 128256, 50, f32, 4, limits, True).filter
+    assert not K.choose(8 * limits.sms, 128256, 50, f32, 4, limits, True).filter  # lists
+    assert not K.choose(2 * limits.sms, 128256, 8, f32, 4, limits, True).filter  # lists
+    assert not K.choose(2 * limits.sms, 128256, 50, f32, 4, limits).filter  # the sampler's
+    assert not K.choose(1, 128256, 50, f32, 4, limits, True).filter  # the radix split
     rng = np.random.default_rng(6)
-    run(rng.standard_normal((K.FILTER_MIN_ROWS, sized(2100, 128256))), 50)  # the default plan
+    run(rng.standard_normal((rows, sized(2100, 128256))), 50)  # the default plan

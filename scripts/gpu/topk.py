@@ -195,6 +195,8 @@ def copy_gbps():
 def layout(plan):
     if plan.warp_rows:
         return "warp/row"
+    if plan.filter:
+        return f"filter {plan.splits}×{plan.threads}"
     if plan.radix:
         return f"radix {plan.splits}×{plan.threads}"
     return f"split {plan.splits}×{plan.threads}" if plan.splits > 1 else f"block {plan.threads}"
