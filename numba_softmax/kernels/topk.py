@@ -11,10 +11,12 @@ values and their indices), and only the k winners are ever normalised:
     write   p_r = exp(u_r − m)/ℓ — or log p_r = (u_r − m) − log ℓ — for the k winners,
             sorted descending, and their int64 indices
 
-Three layouts (:func:`choose`):
+Four layouts (:func:`choose`):
 
 * *a warp per row* for short rows (no barrier at all);
 * *a block per row* for long rows when there are enough of them to fill the device;
+* *the threshold filter* (:mod:`.topk_filter`), a block per row keeping only what beats
+  its k-th best so far, for k > 8 over a quarter of to twice as many rows as SMs;
 * *split*: few long rows (B = 1 in decoding) cut into S pieces, one block each; kernel 1
   writes each piece's state (m, ℓ, k values, k indices) to a workspace, kernel 2 merges a
   row's S states and writes.  The launch boundary is the grid-wide barrier.  By default
