@@ -56,7 +56,7 @@ MAX_BUFFER_BYTES = 40 * 1024  # with the select's ~4.5 KB: under the 48 KB of st
 
 def segment(warps, per_thread):
     """A warp's entries: its share of the k best and a chunk of its own values, rounded
-    to whole rows of 32 (so the buffer is ``per_select`` entries a thread)."""
+    to whole rows of 32 (so the compaction's select reads seg/32 entries a thread)."""
     return WARP * (-(-MAX_K // (warps * WARP)) + per_thread)
 
 

@@ -12,7 +12,7 @@ kernel time against ``torch.topk(torch.softmax(x / T, -1), k)``.
    where torch's values are not tied);
 2. sampling: tokens against the NumPy twin (same counter-based hash: at most 0.1 % may
    differ, draws within float rounding of a boundary), χ² of 200000 draws per path;
-3. timing (CUDA events around calls queued behind ``torch.cuda._sleep``, median of 21,
+3. timing (CUDA events around calls queued behind ``torch.cuda._sleep``, median of 5,
    inputs rotated beyond the 50 MB L2): B ∈ {1, 64, 1024} × V ∈ {32000, 128256, 262144}
    × k ∈ {8, 50}, float32, plus bfloat16 for one shape.  Columns: our ms, torch ms,
    speed-up, GB/s of one read of the logits, that as % of a device copy's GB/s, the plan.
@@ -25,7 +25,6 @@ Exits 1 (after printing every failure) if any check fails; the timing runs only 
 
 import math
 import os
-import statistics
 import sys
 import time
 
@@ -42,6 +41,8 @@ from numba_softmax.kernels import sample as S  # noqa: E402
 from numba_softmax.kernels import topk as K  # noqa: E402
 from numba_softmax.reference import topk as RT  # noqa: E402
 from numba_softmax.topk import sample, softmax_topk  # noqa: E402
+
+from _timing import kernel_ms  # noqa: E402  (scripts/gpu/, the script's own folder)
 
 RTOL = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 2e-5, "float64": 1e-12}
 ATOL = {"float16": 1e-7, "bfloat16": 1e-37, "float32": 1e-37, "float64": 1e-300}  # underflow
@@ -161,34 +162,18 @@ def check_chi2(name, top_k, top_p, n=200_000):
 
 
 # --- 3. timing -----------------------------------------------------------------------------
-def device_time(fn, inputs, repeat=21, batch=5):
-    """Median seconds per call of fn(x) over rotated inputs, queued behind a sleep."""
-    for x in inputs[:3]:
-        fn(x)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for j in range(batch):
-        fn(inputs[j % len(inputs)])
-    host = (time.perf_counter() - t0) / batch  # the host's time per call: cover it
-    torch.cuda.synchronize()
-    samples, j = [], 0
-    for _ in range(repeat):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(int(2e9 * 1.5 * host * batch) + 20000)
-        start.record()
-        for _ in range(batch):
-            fn(inputs[j % len(inputs)])
-            j += 1
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) / 1e3 / batch)
-    return statistics.median(samples)
+def device_time(fn, inputs):
+    """Seconds per call of fn(x) over rotated inputs: the sweeps' timer (calls queued
+    behind a ~100 ms sleeping kernel, so host time is hidden; median of 5 × 20 calls).
+    (This script's own timer sized the sleep from a few calls' host time, and once read
+    a 20 µs kernel as 194 µs.)"""
+    return kernel_ms(lambda i: fn(inputs[i]), len(inputs)) / 1e3
 
 
 def copy_gbps():
     a = torch.empty(256 * 2**20, device="cuda")
     b = torch.empty_like(a)
-    t = device_time(lambda x: b.copy_(x), [a], repeat=11)
+    t = device_time(lambda x: b.copy_(x), [a])
     return 2 * a.numel() * 4 / t / 1e9
 
 
@@ -249,7 +234,7 @@ def timing():
                      100 * gbps / copy, layout(plan)))
         del inputs, views
     head = ("B", "V", "k", "dtype", "ours ms", "torch ms", "speed-up", "GB/s (1 read)", "% of copy", "layout")
-    print("\nsoftmax + top-k, kernel time (median of 21; torch: topk(softmax(x)))")
+    print("\nsoftmax + top-k, kernel time (median of 5 × 20 calls; torch: topk(softmax(x)))")
     print("  ".join(f"{h:>13}" for h in head))
     for r in rows:
         print("  ".join([f"{r[0]:>13}", f"{r[1]:>13}", f"{r[2]:>13}", f"{r[3]:>13}", f"{r[4]:>13.4f}",
