@@ -120,14 +120,23 @@ def test_radix_split_special_rows_and_ties(k, threads, splits):
     run(radix_rows(V, rng), k, plan=K.Plan(False, threads, 4, sized(splits, 40), True))
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
-def test_radix_split_dtypes_log_temperature(dtype):
-    rng = np.random.default_rng(8)
-    x = rng.standard_normal((3, sized(260, 70_000))) * 3
+def dtype_rows(V, seed):
+    """Three rows for the dtype tests: random, rounded (ties), a fifth of them −inf."""
+    x = np.random.default_rng(seed).standard_normal((3, V)) * 3
     x[1] = np.round(x[1])  # ties
     x[2, ::5] = -np.inf
-    run(x, 12, dtype=dtype, plan=K.Plan(False, sized(32, 256), 8, sized(3, 30), True), log=True,
-        temperature=1.0 if dtype == "float64" else 0.8)
+    return x
+
+
+def run_dtype(x, dtype, plan):
+    """k = 12 log-probabilities of ``x`` in ``dtype``, temperature 0.8 (1 for float64)."""
+    run(x, 12, dtype=dtype, plan=plan, log=True, temperature=1.0 if dtype == "float64" else 0.8)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
+def test_radix_split_dtypes_log_temperature(dtype):
+    run_dtype(dtype_rows(sized(260, 70_000), 8), dtype,
+              K.Plan(False, sized(32, 256), 8, sized(3, 30), True))
 
 
 def test_radix_split_strided_and_k_equal_to_v():

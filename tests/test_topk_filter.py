@@ -12,7 +12,7 @@ import pytest
 from numba_softmax.kernels import topk as K
 
 from _helpers import sized
-from test_topk import radix_rows, run
+from test_topk import dtype_rows, radix_rows, run, run_dtype
 
 
 def plan(threads, splits, vpt=4):
@@ -40,13 +40,8 @@ def test_filter_adversarial_orders(splits):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
 def test_filter_dtypes_log_temperature(dtype):
-    rng = np.random.default_rng(9)
-    x = rng.standard_normal((3, sized(400, 70_000))) * 3
-    x[1] = np.round(x[1])  # ties
-    x[2, ::5] = -np.inf
     vpt = 8 if dtype in ("float16", "bfloat16") else 4
-    run(x, 12, dtype=dtype, plan=plan(sized(32, 256), sized(2, 5), vpt), log=True,
-        temperature=1.0 if dtype == "float64" else 0.8)
+    run_dtype(dtype_rows(sized(400, 70_000), 9), dtype, plan(sized(32, 256), sized(2, 5), vpt))
 
 
 def test_filter_strided_and_k_equal_to_v():
