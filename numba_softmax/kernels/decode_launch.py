@@ -67,13 +67,28 @@ def _cuda_cores(q, d, dv, packed, paged, width, small, args):
     return dec, warps, rows, shared, warps * kpw * unroll
 
 
-def _tensor_core(q, d, dv, packed, paged, bs, small, options):
-    """The same for :mod:`.decode_tc` (``options``: its :class:`~.decode_tc.Tiles`; paged
-    with pages of 16 keys, tiles of 16 keys: each tile then reads one table entry)."""
-    if paged and not options and 16 <= bs < 32 and bs & (bs - 1) == 0:
-        options = dict(block_k=16, stages=3)  # a tile of keys inside one page: one table read
-    tiles = decode_tc.Tiles(d, dv, small=small, **options)
+def tiles_for(units, sms):
+    """The tensor-core kernel's tiles (:class:`~.decode_tc.Tiles` options) for ``units``
+    blocks before any split.  Measured on an H200 (tree of this change, D 128, GQA 32/8,
+    fp16 and bf16; ``scripts/gpu/decode_tc.py --sweep --quick``): with the device
+    filled by B·Hkv alone, 4 warps × 16 keys × 3 stages (two blocks a multiprocessor)
+    were within 2 % of the best dense and paged layout at B 16 × 32K and the best at
+    B 64 × 4K, where 4 × 32 × 2 lost 10 %; with few blocks, split many ways (B 1), 8 warps
+    × 16 keys × 2 stages — also the only 16-key tile that kept pages of 16 at the dense
+    rate there.  Tiles of 16 keys sit inside every page of 16 or more (one table read a
+    tile)."""
+    if 2 * units >= sms:
+        return dict(warps=4, block_k=16, stages=3)
+    return dict(warps=8, block_k=16, stages=2)
+
+
+def _tensor_core(q, d, dv, packed, paged, units, small, options):
+    """The same for :mod:`.decode_tc` (``options``: its :class:`~.decode_tc.Tiles`, by
+    default :func:`tiles_for` the grid's ``units`` = B·Hkv blocks of each row chunk)."""
     rows = min(packed, decode_tc.ROWS)
+    if not options and not small:
+        options = tiles_for(units * -(-packed // rows), launcher.device_limits().sms)
+    tiles = decode_tc.Tiles(d, dv, small=small, **options)
     dec = decode_tc.kernel(q.dtype, d, dv, rows, tiles.warps, tiles.block_k, tiles.stages,
                            paged)
     return dec, tiles.warps, rows, tiles.shared, tiles.warps * tiles.block_k
@@ -111,8 +126,8 @@ def run(q, k, v, o, lse, *, paged, table=None, seqlens=None, max_seqlen_k=None,
                 kv_chunk, splits, -(-packed // rows), page_shift)
 
     if tiles is not False and tensor_cores(q, k, v, scale):
-        dec, warps, rows, shared, step = _tensor_core(q, d, dv, packed, bool(paged), bs,
-                                                       small, tiles or {})
+        dec, warps, rows, shared, step = _tensor_core(q, d, dv, packed, bool(paged),
+                                                       n_b * n_kv, small, tiles or {})
     else:
         width = tileio.global_width([q, k, v], (decode.VALUES_PER_LANE, d, dv))
         dec, warps, rows, shared, step = _cuda_cores(q, d, dv, packed, bool(paged), width,

@@ -42,6 +42,7 @@ from numba import cuda, int32, int64
 
 from .attention_tc import LOG2E, PAD
 from .decode_merge import fold_shared, merge_when_last
+from .staging import stager
 from . import jit
 from .warp import shfl, shfl2
 from . import visible as vis
@@ -104,43 +105,47 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
                 pg[h] = min(max(table[b, page], 0), n_blocks - 1)  # never outside the pool
         return pg[0], pg[1]
 
+    stage_k = stager(dtype, 32, BC, d, DP, KS, True, per_warp=True)  # a lane: one column
+    stage_v = stager(dtype, 32, BC, dv, DVP, VS, True, per_warp=True)  # chunk, every Bc/… rows
+
     if paged:
         @jit.device
-        def stage(smem, base, x, n, width, stride, b, hk, key0, e, pg0, pg1, page_shift, lane):
-            """The warp copies the rows of keys key0 … key0 + Bc − 1 (n values each) from
-            the pool x into its buffer at ``base``: 16 bytes a lane per copy; keys ≥ e and
-            columns ≥ n become zeros.  A tile inside one block (bs = 2^s ≥ Bc and key0 a
-            multiple of Bc: the usual case) takes its block id from lane 0's pg0, once;
-            any other finds row r's block in lane r % 32's pg0 (pg1 for r ≥ 32), for
-            position p: block table[b, p // bs], row p % bs."""
+        def scattered(smem, base, x, n, width, stride, hk, key0, e, pg0, pg1, page_shift, lane):
+            """A tile whose keys lie in several blocks of the pool x: row r's block is in
+            lane r % 32's pg0 (pg1 for r ≥ 32), for position p: block table[b, p // bs],
+            row p % bs.  16 bytes a lane per copy; keys ≥ e and columns ≥ n become zeros."""
             chunks, bs = width // 8, x.shape[1]
-            one = page_shift >= 0 and (1 << page_shift) >= BC and (key0 & (BC - 1)) == 0
-            tile = x[shfl(pg0, 0), :, hk]  # (every lane shuffles: a warp-wide instruction)
-            row0 = key0 & ((1 << page_shift) - 1) if page_shift >= 0 else 0
             for idx in range(lane, BC * chunks, 32):  # the same trip count in every lane
                 r = idx // chunks
                 c = 8 * (idx - r * chunks)
                 key = min(key0 + r, e - 1)
-                if one:  # (the same in every lane of the warp)
-                    src, row = tile, row0 + key - key0
-                else:
-                    blk0, blk1 = shfl2(pg0, pg1, r & 31)
-                    row = key & ((1 << page_shift) - 1) if page_shift >= 0 else key % bs
-                    src = x[blk1 if r >= 32 else blk0, :, hk]
-                cp_async16(smem, base + r * stride + c, src, row, min(c, n - 8),
-                           key0 + r < e and c < n)
+                blk0, blk1 = shfl2(pg0, pg1, r & 31)
+                row = key & ((1 << page_shift) - 1) if page_shift >= 0 else key % bs
+                cp_async16(smem, base + r * stride + c, x[blk1 if r >= 32 else blk0, :, hk],
+                           row, min(c, n - 8), key0 + r < e and c < n)
+
+        @jit.device
+        def stage(smem, at, k, v, b, hk, key0, e, pg0, pg1, page_shift, lane):
+            """The warp copies K and V of keys key0 … key0 + Bc − 1 from the pools into its
+            buffer at ``at``.  A tile inside one block (bs = 2^s ≥ Bc and key0 a multiple
+            of Bc: the usual case) takes its block id from lane 0's pg0, once, and copies
+            like a dense tile; any other goes row by row (:func:`scattered`)."""
+            blk = shfl(pg0, 0)  # (every lane shuffles: a warp-wide instruction)
+            if page_shift >= 0 and (1 << page_shift) >= BC and (key0 & (BC - 1)) == 0:
+                row0 = key0 & ((1 << page_shift) - 1)
+                stage_k(smem, at, k[blk, :, hk], row0, row0 + e - key0)
+                stage_v(smem, at + BC * KS, v[blk, :, hk], row0, row0 + e - key0)
+            else:
+                scattered(smem, at, k, d, DP, KS, hk, key0, e, pg0, pg1, page_shift, lane)
+                scattered(smem, at + BC * KS, v, dv, DVP, VS, hk, key0, e, pg0, pg1, page_shift,
+                          lane)
     else:
         @jit.device
-        def stage(smem, base, x, n, width, stride, b, hk, key0, e, pg0, pg1, page_shift, lane):
-            """The warp copies rows key0 … key0 + Bc − 1 of x[b, hk] (n values each) into
-            its buffer at ``base``: 16 bytes a lane per copy; rows ≥ e and columns ≥ n
-            become zeros."""
-            chunks, src = width // 8, x[b, hk]
-            for idx in range(lane, BC * chunks, 32):
-                r = idx // chunks
-                c = 8 * (idx - r * chunks)
-                cp_async16(smem, base + r * stride + c, src, min(key0 + r, e - 1),
-                           min(c, n - 8), key0 + r < e and c < n)
+        def stage(smem, at, k, v, b, hk, key0, e, pg0, pg1, page_shift, lane):
+            """The warp copies rows key0 … key0 + Bc − 1 of K[b, hk] and V[b, hk] into its
+            buffer at ``at``; rows ≥ e and columns past D become zeros."""
+            stage_k(smem, at, k[b, hk], key0, e)
+            stage_v(smem, at + BC * KS, v[b, hk], key0, e)
 
     @jit.kernel
     def decode(q, k, v, o, lse, o_ws, lse_ws, counters, table, seqlens, scale, left, right,
@@ -174,20 +179,38 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
         c2 = sc * f32(LOG2E)  # exp(sc·x) = exp2(c2·x)
         sign = f32(-1.0) if scale < 0 else f32(1.0)  # sc·(sign·Q)Kᵀ = scale·QKᵀ
 
-        # Q → A fragments: a0 (row g, cols 2t, 2t+1), a1 (row g+8), a2, a3 (cols + 8)
+        # the first ST − 1 of the warp's tiles: copies started before anything else
+        smem = cuda.shared.array(0, numba.uint16)  # W × stages × (K_j: Bc×KS, V_j: Bc×VS)
+        mine = warp * ST * TILE  # this warp's buffers
+        n_tiles = (e - a + BC - 1) // BC if e > a else 0
+        count = (n_tiles - warp + W - 1) // W if n_tiles > warp else 0  # the warp's tiles
+        n_blocks, bs = k.shape[0], k.shape[1]  # (paged: the pool)
+        pg0, pg1 = int32(0), int32(0)  # the blocks of the next tile to copy (paged)
+        if count > 0:
+            pg0, pg1 = tile_pages(table, b, a + warp * BC, e, n_blocks, bs, page_shift, lane)
+        for it in range(ST - 1):
+            if it < count:
+                key0, at = a + (warp + it * W) * BC, mine + it * TILE
+                stage(smem, at, k, v, b, hk, key0, e, pg0, pg1, page_shift, lane)
+                if it + 1 < count:  # the next tile's blocks, a tile ahead
+                    pg0, pg1 = tile_pages(table, b, key0 + W * BC, e, n_blocks, bs, page_shift,
+                                          lane)
+            cp_async_commit()  # (an empty group where there is no tile: the count stays right)
+        # Q → A fragments: a0 (row g, cols 2t, 2t+1), a1 (row g+8), a2, a3 (cols + 8);
+        # loaded while the first tiles' copies are in flight
         qf = cuda.local.array((KD, 4), u32)
-        for kk in range(KD):
-            for r in range(4):
-                pr, col = pr0 + g + 8 * (r & 1), 16 * kk + 2 * t + 8 * (r >> 1)
-                x0, x1 = zero, zero
-                if pr - pr0 < RB and pr < n_rows and col < d:  # (d even: col + 1 < d too)
-                    h, i = hk * group + pr % group, pr // group
-                    x0, x1 = load(q[b, h, i, col]) * sign, load(q[b, h, i, col + 1]) * sign
-                qf[kk, r] = pack(x0, x1)
         row_i = cuda.local.array(2, int64)  # the query index of the lane's rows g, g + 8
         for rr in range(2):
-            row_i[rr] = (pr0 + g + 8 * rr) // group
-
+            pr = pr0 + g + 8 * rr
+            h, i = hk * group + pr % group, pr // group  # (once a row: a division)
+            row_i[rr] = i
+            for kk in range(KD):
+                for half in range(2):
+                    col = 16 * kk + 2 * t + 8 * half
+                    x0, x1 = zero, zero
+                    if pr - pr0 < RB and pr < n_rows and col < d:  # (d even: col + 1 < d)
+                        x0, x1 = load(q[b, h, i, col]) * sign, load(q[b, h, i, col + 1]) * sign
+                    qf[kk, rr + 2 * half] = pack(x0, x1)
         m = cuda.local.array(2, f32)  # the state of rows g (index 0) and g + 8 (1)
         l = cuda.local.array(2, f32)  # ℓ over this lane's columns (the quad sums at the end)
         of = cuda.local.array((NV, 4), f32)  # O: Dv/8 accumulator tiles
@@ -203,32 +226,12 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
         k_lane = ((lane & 7) + 8 * (lane >> 4)) * KS + 8 * ((lane >> 3) & 1)
         v_lane = ((lane & 7) + 8 * ((lane >> 3) & 1)) * VS + 8 * (lane >> 4)
 
-        smem = cuda.shared.array(0, numba.uint16)  # W × stages × (K_j: Bc×KS, V_j: Bc×VS)
-        mine = warp * ST * TILE  # this warp's buffers
-        n_tiles = (e - a + BC - 1) // BC if e > a else 0
-        count = (n_tiles - warp + W - 1) // W if n_tiles > warp else 0  # the warp's tiles
-        n_blocks, bs = k.shape[0], k.shape[1]  # (paged: the pool)
-        pg0, pg1 = int32(0), int32(0)  # the blocks of the next tile to copy (paged)
-        if count > 0:
-            pg0, pg1 = tile_pages(table, b, a + warp * BC, e, n_blocks, bs, page_shift, lane)
-        for it in range(ST - 1):  # the first ST − 1 tiles' copies start before the loop
-            if it < count:
-                key0, at = a + (warp + it * W) * BC, mine + it * TILE
-                stage(smem, at, k, d, DP, KS, b, hk, key0, e, pg0, pg1, page_shift, lane)
-                stage(smem, at + BC * KS, v, dv, DVP, VS, b, hk, key0, e, pg0, pg1, page_shift,
-                      lane)
-                if it + 1 < count:  # the next tile's blocks, a tile ahead
-                    pg0, pg1 = tile_pages(table, b, key0 + W * BC, e, n_blocks, bs, page_shift,
-                                          lane)
-            cp_async_commit()  # (an empty group where there is no tile: the count stays right)
         for it in range(count):
             j0 = a + (warp + it * W) * BC
             nxt = it + ST - 1  # its buffer held tile it − 1, which every lane is done with
             if nxt < count:
                 key0, at = a + (warp + nxt * W) * BC, mine + (nxt % ST) * TILE
-                stage(smem, at, k, d, DP, KS, b, hk, key0, e, pg0, pg1, page_shift, lane)
-                stage(smem, at + BC * KS, v, dv, DVP, VS, b, hk, key0, e, pg0, pg1, page_shift,
-                      lane)
+                stage(smem, at, k, v, b, hk, key0, e, pg0, pg1, page_shift, lane)
                 if nxt + 1 < count:  # its loads land while tile it is computed
                     pg0, pg1 = tile_pages(table, b, key0 + W * BC, e, n_blocks, bs, page_shift,
                                           lane)

@@ -30,21 +30,22 @@ from .mma import cp_async16, for_dtype
 
 
 @functools.cache
-def stager(dtype, threads, rows, cols, width, stride, vec):
+def stager(dtype, threads, rows, cols, width, stride, vec, per_warp=False):
     """Device function: ``rows`` rows from key0 of src (S, cols) → shared rows of ``stride``
     values from ``base`` (``width`` columns, a multiple of 8).  Rows ≥ hi and columns ≥
     cols become zeros.  ``vec``: 16-byte cp.async copies (asynchronous: complete after
-    cp_async_wait); else plain 2-byte loads and stores.
+    cp_async_wait); else plain 2-byte loads and stores.  ``per_warp``: each warp copies a
+    tile of its own (``threads`` = 32, thread = lane), as the decode kernel's warps do.
 
-    Thread ``tid`` copies the 16-byte chunks tid, tid + threads, …; when the threads
-    cover whole rows (threads a multiple of the chunks per row) each thread keeps one
-    column and steps down the rows, so a copy costs a compare and an address, nothing
-    more.  A loop, not unrolled: the copies run asynchronously anyway, and an unrolled one
+    Thread ``tid`` keeps one 16-byte column chunk and steps down the rows, ⌊threads /
+    chunks⌋ rows a pass (threads past the last whole row idle), so a copy costs a
+    compare and an address, nothing more — the division-per-copy loop this replaced was
+    ~35 instructions a copy, most of the decode kernel's instructions.  A loop, not unrolled: the copies run asynchronously anyway, and an unrolled one
     would keep every copy's addresses in registers for the whole kernel."""
     chunks = width // 8
     total = rows * chunks
-    whole_rows = threads % chunks == 0
-    step = threads // chunks  # rows per pass when whole_rows
+    whole_rows = threads >= chunks
+    step = threads // chunks  # rows per pass when whole_rows; threads ≥ step·chunks idle
     load, pack = jit.loader(dtype), for_dtype(dtype)[1]
     zero = numba.float32(0.0)
 
@@ -62,11 +63,11 @@ def stager(dtype, threads, rows, cols, width, stride, vec):
 
     @jit.device
     def stage(smem, base, src, key0, hi):
-        tid = cuda.threadIdx.x
+        tid = cuda.threadIdx.x & 31 if per_warp else cuda.threadIdx.x
         if whole_rows:
             r, c = tid // chunks, 8 * (tid % chunks)
             dst = base + r * stride + c
-            while r < rows:
+            while r < rows and tid < step * chunks:
                 copy(smem, dst, src, key0 + r, c, hi)
                 r += step
                 dst += step * stride

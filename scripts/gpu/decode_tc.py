@@ -11,8 +11,9 @@ each, without the launch plans of ``ns.attention``), median of 5 such sets, inpu
 50 MB L2.  Bytes: K and V read once, 2·B·Hkv·ctx·D·2.  Every result is checked against
 float32 SDPA on the same inputs: the error must be at most 2× fp16 SDPA's (+1e-3 slack
 for rounding at the output's half ulp) — else the run exits 1 before any timing is kept.
-``--sweep``: every tiles configuration at each shape; default: the chosen one, the
-CUDA-core kernel (``tiles=False``) and paged caches of page size 16 and 256.
+Paged caches of page size 16 and 256 beside them.  ``--sweep``: every tiles
+configuration at each shape, dense and paged (tiles inside a page); default: the chosen
+one and the CUDA-core kernel (``tiles=False``).
 Prints tables; nothing is kept.
 """
 
@@ -92,11 +93,16 @@ def case(batch, ctx, dtype, sweep, gen):
         if cfg and TC.Tiles(D, D, **cfg).shared > 227 * 1024:
             continue
         row(name, lambda i, cfg=cfg: DL.run(*dev[i], paged=False, tiles=cfg), outs[0][0])
-    if not sweep and nbytes <= 12 << 30:  # (a paged copy beside the dense caches must fit)
+    if nbytes <= 12 << 30:  # (a paged copy beside the dense caches must fit)
         for bs in (16, 256):
             pk, pv, table, lens = paged_copy(k0, v0, bs, gen)
             args = [nb(x) for x in (q0, pk, pv, table, lens)] + [nb(x) for x in outs[0]]
-            row(f"paged, page {bs}", lambda i: KP.launch(*args, max_seqlen_k=ctx), outs[0][0])
+            for cfg in [None] + (CONFIGS if sweep else []):
+                if cfg and (cfg["block_k"] > bs or TC.Tiles(D, D, **cfg).shared > 227 * 1024):
+                    continue  # (tiles that cross pages: the slow path, not worth timing)
+                name = f"paged, page {bs} " + (str(tuple(cfg.values())) if cfg else "(default)")
+                row(name, lambda i, cfg=cfg: KP.launch(*args, max_seqlen_k=ctx, tiles=cfg),
+                    outs[0][0])
             del pk, pv
 
 
