@@ -12,7 +12,8 @@ roles of the warps turned round::
         Q → registers, as A fragments, in every warp (rows past the last are zeros)
         warp w takes the key tiles w, w + W, w + 2W, … of Bc keys each, and alone:
             K_j, V_j → the warp's own shared buffers (cp.async, ``stages`` deep: the
-                       copies of the next stages − 1 tiles are in flight during tile j)
+                       copies of the next stages − 1 tiles are in flight during tile j;
+                       :func:`.staging.stager`, a lane per column chunk)
             S = Q K_jᵀ;  m' = max(m, rowmax S);  P = exp(scale·(S − m'))
             ℓ = α·ℓ + rowsum P;   O = α·O + P V_j        (P stays in registers)
         the W states (m, ℓ, O) meet in shared memory, folded by the combiner
@@ -60,7 +61,8 @@ def _up16(n):
 
 class Tiles:
     """A launch configuration: ``warps`` W, ``block_k`` Bc keys per warp tile (a multiple
-    of 16), ``stages`` copies in flight per warp (2 … 4)."""
+    of 16), ``stages`` copies in flight per warp (2 … 4).  (The launcher's choice:
+    :func:`.decode_launch.tiles_for`.)"""
 
     def __init__(self, d, dv, warps=4, block_k=32, stages=2, small=False):
         if small:  # the simulator: two warps, one 16-key tile each

@@ -2,7 +2,8 @@
 
 A block of the tensor-core attention kernel (:mod:`.attention_tc`) copies each tile of
 Bc keys (a (Bc, D) slab of K and one of V) into shared memory, where every warp reads
-its mma operands with ``ldmatrix``.  The copy is ``cp.async`` (:mod:`.mma`): 16 bytes
+its mma operands with ``ldmatrix``; in the decode kernel (:mod:`.decode_tc`) each warp
+copies tiles of its own the same way (``per_warp``).  The copy is ``cp.async`` (:mod:`.mma`): 16 bytes
 per instruction straight from global to shared memory, without passing through
 registers, and *asynchronously* — the thread issues the copies of the next tile and
 goes on computing with the current one (double buffering); ``cp_async_wait`` and a
