@@ -69,7 +69,7 @@ def _cuda_cores(q, d, dv, packed, paged, width, small, args):
 
 def tiles_for(units, sms):
     """The tensor-core kernel's tiles (:class:`~.decode_tc.Tiles` options) for ``units``
-    blocks before any split.  Measured on an H200 (tree f1683d1, D 128, GQA 32/8,
+    blocks before any split.  Measured on an H200 (f1683d1's copy loop, D 128, GQA 32/8,
     fp16 and bf16; ``scripts/gpu/decode_tc.py --sweep --quick``): with the device
     filled by B·Hkv alone, 4 warps × 16 keys × 3 stages (two blocks a multiprocessor)
     were within 2 % of the best dense and paged layout at B 16 × 32K and the best at
