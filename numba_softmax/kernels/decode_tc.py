@@ -107,8 +107,9 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
                 pg[h] = min(max(table[b, page], 0), n_blocks - 1)  # never outside the pool
         return pg[0], pg[1]
 
-    stage_k = stager(dtype, 32, BC, d, DP, KS, True, per_warp=True)  # a lane: one column
-    stage_v = stager(dtype, 32, BC, dv, DVP, VS, True, per_warp=True)  # chunk, every Bc/… rows
+    # a warp's copy of a K or V tile: each lane one 16-byte column chunk, down the rows
+    stage_k = stager(dtype, 32, BC, d, DP, KS, True, per_warp=True)
+    stage_v = stager(dtype, 32, BC, dv, DVP, VS, True, per_warp=True)
 
     if paged:
         @jit.device

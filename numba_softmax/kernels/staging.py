@@ -3,8 +3,9 @@
 A block of the tensor-core attention kernel (:mod:`.attention_tc`) copies each tile of
 Bc keys (a (Bc, D) slab of K and one of V) into shared memory, where every warp reads
 its mma operands with ``ldmatrix``; in the decode kernel (:mod:`.decode_tc`) each warp
-copies tiles of its own the same way (``per_warp``).  The copy is ``cp.async`` (:mod:`.mma`): 16 bytes
-per instruction straight from global to shared memory, without passing through
+copies tiles of its own the same way (``per_warp``).  The copy is ``cp.async``
+(:mod:`.mma`): 16 bytes per instruction straight from global to shared memory, without
+passing through
 registers, and *asynchronously* — the thread issues the copies of the next tile and
 goes on computing with the current one (double buffering); ``cp_async_wait`` and a
 barrier later make the data visible.  Layout in shared memory::
@@ -40,9 +41,10 @@ def stager(dtype, threads, rows, cols, width, stride, vec, per_warp=False):
 
     Thread ``tid`` keeps one 16-byte column chunk and steps down the rows, ⌊threads /
     chunks⌋ rows a pass (threads past the last whole row idle), so a copy costs a
-    compare and an address, nothing more — the division-per-copy loop this replaced was
-    ~35 instructions a copy, most of the decode kernel's instructions.  A loop, not unrolled: the copies run asynchronously anyway, and an unrolled one
-    would keep every copy's addresses in registers for the whole kernel."""
+    compare and an address, nothing more (the division-per-copy loop this replaced in the
+    decode kernel was ~35 instructions a copy, most of that kernel's).  A loop, not
+    unrolled: the copies run asynchronously anyway, and an unrolled one would keep every
+    copy's addresses in registers for the whole kernel."""
     chunks = width // 8
     total = rows * chunks
     whole_rows = threads >= chunks
