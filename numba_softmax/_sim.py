@@ -30,11 +30,17 @@ __all__ = ["simulator_enabled", "cooperative", "warp_exchange", "lane_id", "inst
 WARP = 32
 
 
-def simulator_enabled():
-    """True when numba runs kernels on the CUDA simulator."""
-    from numba.cuda.core import config
+_SIM = []
 
-    return bool(config.ENABLE_CUDASIM)
+
+def simulator_enabled():
+    """True when numba runs kernels on the CUDA simulator (fixed when numba is imported,
+    so asked once: the launch-plan path calls this on every call)."""
+    if not _SIM:
+        from numba.cuda.core import config
+
+        _SIM.append(bool(config.ENABLE_CUDASIM))
+    return _SIM[0]
 
 
 _lock = threading.Lock()

@@ -46,16 +46,22 @@ _context = threading.local()
 
 def _current_context():
     """The driver's current CUDA context of this thread (an int handle)."""
-    lib = getattr(_context, "lib", None)
-    if lib is None:
-        lib = _context.lib = ctypes.CDLL("libcuda.so.1")
-        _context.ptr = ctypes.c_void_p()
-    lib.cuCtxGetCurrent(ctypes.byref(_context.ptr))
-    return _context.ptr.value
+    get = getattr(_context, "get", None)
+    if get is None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        ptr = ctypes.c_void_p()
+        f = lib.cuCtxGetCurrent
+        f.argtypes, f.restype = [ctypes.POINTER(ctypes.c_void_p)], ctypes.c_int
+        ref = ctypes.pointer(ptr)
+        get = _context.get = lambda: (f(ref), ptr.value)[1]
+    return get()
 
 
 def enabled():
-    return _state["enabled"] and replay.available() and not simulator_enabled()
+    """Whether calls may replay plans: a real GPU, a replay mechanism, not switched off."""
+    if _state["enabled"] and "usable" not in _state:
+        _state["usable"] = replay.available() and not simulator_enabled()
+    return _state["enabled"] and _state["usable"]
 
 
 def disable(why):
@@ -82,25 +88,40 @@ def key(tag, arrays, stream):
             return None
         parts.append(k)
     if len(arrays) > 1 and arrays[-1] is not None:  # out=: how it overlaps each input
-        parts.append(_overlaps(arrays))
+        parts.append(_overlaps(arrays, parts[2:]))
     parts.append(_current_context())
     return tuple(parts)
 
 
-def _overlaps(arrays):
+_EXTENTS = {}  # layout key -> [first, last] byte touched, relative to the data pointer
+
+
+def _extent(a, layout):
+    """[first, last] byte address ``a`` touches (its layout's offsets computed once)."""
+    ptr = kinds.pointer(a)
+    span = _EXTENTS.get(layout)
+    if span is None:
+        lo, hi = kinds.describe(a).extent()
+        if len(_EXTENTS) >= 4 * MAX_PLANS:
+            _EXTENTS.clear()
+        span = _EXTENTS[layout] = (lo - ptr, hi - ptr)
+    return ptr, ptr + span[0], ptr + span[1]
+
+
+def _overlaps(arrays, layouts):
     """For each input: 0 disjoint from ``out`` (the last array), 1 the very same array
     (in place), 2 overlapping otherwise — the path a call takes depends on it."""
-    out = kinds.describe(arrays[-1])
-    o_lo, o_hi = out.extent()
+    o_ptr, o_lo, o_hi = _extent(arrays[-1], layouts[-1])
     classes = []
-    for a in arrays[:-1]:
-        d = kinds.describe(a)
-        lo, hi = d.extent()
+    for a, layout in zip(arrays[:-1], layouts):
+        if a is None:
+            classes.append(0)
+            continue
+        ptr, lo, hi = _extent(a, layout)
         if hi < o_lo or o_hi < lo:
             classes.append(0)
         else:
-            same = d.ptr == out.ptr and d.shape == out.shape and d.strides == out.strides
-            classes.append(1 if same else 2)
+            classes.append(1 if ptr == o_ptr and layout == layouts[-1] else 2)
     return tuple(classes)
 
 
@@ -116,21 +137,23 @@ def find(plan_key):
 class Plan:
     """A replayable call: allocations, launches with patch points, the result builder."""
 
-    def __init__(self, recipes, launches, result, result_at, keep):
-        self.makers = [kinds.allocator(r) for r in recipes]
-        self.recipes, self.launches = recipes, launches
-        self.result, self.result_at = result, result_at
+    def __init__(self, recipes, launches, result, result_at, keep, arrays=()):
+        self.makers = [kinds.allocator(r, arrays) for r in recipes]
+        self.recipes, self.result, self.result_at = recipes, result, result_at
+        # (fire, [(from an input?, index, byte offset)]) per launch
+        self.launches = [(ln.fire, [(src == "in", j, delta) for src, j, delta in sources])
+                         for ln, sources in launches]
         self.keep = keep  # workspaces the launches point to stay alive with the plan
 
     def __call__(self, arrays, stream):
-        ptrs = [None if a is None else kinds.pointer(a) for a in arrays]
-        allocs = [make(stream) for make in self.makers]
+        allocs = [make(stream, arrays) for make in self.makers]
         handle = int(stream) if stream else 0
-        for ln, sources in self.launches:
-            ln.fire(handle, [(ptrs[j] if src == "in" else allocs[j][1]) + delta
-                             for src, j, delta in sources])
-        bufs = [allocs[i][0] for i in self.result_at]
-        return self.result(*bufs, out=arrays[-1] if len(arrays) > 1 else None, stream=stream)
+        pointer = kinds.pointer
+        for fire, sources in self.launches:
+            fire(handle, [(pointer(arrays[j]) if is_input else allocs[j][1]) + delta
+                          for is_input, j, delta in sources])
+        out = arrays[-1] if len(arrays) > 1 else None
+        return self.result(*[allocs[i][0] for i in self.result_at], out=out, stream=stream)
 
 
 class Recorder:
@@ -202,7 +225,7 @@ class Recorder:
             ln = replay.Launch(compiled, grid, block, shared, flat, [p[0] for p in patches])
             launches.append((ln, [p[1:] for p in patches]))
         at = [next(i for i, (b, _, _) in enumerate(allocs) if b is buf) for buf in bufs]
-        return Plan([r for _, _, r in allocs], launches, result_fn, at, keep)
+        return Plan([r for _, _, r in allocs], launches, result_fn, at, keep, self.arrays)
 
 
 def _classify(ptr, index, described, spans, alloc_spans, keep):

@@ -197,13 +197,18 @@ def traps(monkeypatch):
 
         return f
 
-    from numba_softmax.kernels import launcher, replay
+    from numba_softmax import plans
+    from numba_softmax.kernels import launcher
 
     monkeypatch.setattr(launcher, "launch", trap("launcher.launch"))  # the one launcher
-    monkeypatch.setattr(replay.Launch, "fire", trap("replay.Launch.fire"))  # and the plans' replay
+    monkeypatch.setattr(plans.Plan, "__call__", trap("plans.Plan"))  # and the plans' replay
+    from numba_softmax.arrays import pool
+
     for name in ("to_device", "device_array"):  # no copy or buffer before the checks
         real_fn = getattr(cuda, name)
         monkeypatch.setattr(cuda, name, _counting(called, f"cuda.{name}", real_fn))
+    monkeypatch.setattr(pool, "device_array", _counting(called, "pool.device_array",
+                                                        pool.device_array))
     return called
 
 
@@ -338,13 +343,20 @@ def test_failed_allocation_surfaces(monkeypatch, error, kind):
     def fail(*args, **kwargs):
         raise error
 
+    from numba_softmax.arrays import pool
+
+    real_block = pool.new_block
+    monkeypatch.setattr(pool, "MAX_CACHED", 0)  # no block is kept for reuse …
+    pool.release()  # … or left over: every result needs a new one
     monkeypatch.setattr(cuda, "device_array", fail)
+    monkeypatch.setattr(pool, "new_block", fail)
     if kind == "numpy":  # a NumPy input fails at its copy to the device already
         monkeypatch.setattr(cuda, "to_device", fail)
     for method in ["auto", *METHODS]:
         with pytest.raises(type(error)):
             within(60, lambda: ns.softmax(xin, method=method))
     monkeypatch.setattr(cuda, "device_array", real_array)
+    monkeypatch.setattr(pool, "new_block", real_block)
     monkeypatch.setattr(cuda, "to_device", real_to_device)
     for method in ["auto", "split"]:  # nothing half-made was kept
         np.testing.assert_allclose(to_host(ns.softmax(xin, method=method)), R.softmax(x), **TOL[F32])

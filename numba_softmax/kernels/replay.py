@@ -80,7 +80,7 @@ class Launch:
     """One recorded launch: ``fire(stream_handle, values)`` sets argument i to
     ``values[k]`` for the k-th patch index and launches."""
 
-    __slots__ = ("patches", "_fire", "_lock")
+    __slots__ = ("patches", "fire", "_lock")
 
     def __init__(self, compiled, grid, block, shared, flat, patches):
         self.patches = tuple(patches)
@@ -88,9 +88,9 @@ class Launch:
         cufunc = compiled._codelibrary.get_cufunc()
         cooperative = bool(compiled.cooperative)
         if MODE == "core":
-            self._fire = self._core(cufunc.kernel, grid, block, shared, cooperative, flat)
+            self.fire = self._core(cufunc.kernel, grid, block, shared, cooperative, flat)
         else:
-            self._fire = self._driver(cufunc.handle, grid, block, shared, cooperative, flat)
+            self.fire = self._driver(cufunc.handle, grid, block, shared, cooperative, flat)
 
     def _driver(self, handle, grid, block, shared, cooperative, flat):
         err, func = _cu.cuKernelGetFunction(handle)  # the CUfunction in this context
@@ -102,18 +102,15 @@ class Launch:
         targets = [objs[i] for i in self.patches]
         (gx, gy, gz), (bx, by, bz) = _triple(grid), _triple(block)
         lib = _libcuda()
-        if cooperative:
-            f = lib["cuLaunchCooperativeKernel"]
-            go = lambda h: f(func, gx, gy, gz, bx, by, bz, shared, h, params)  # noqa: E731
-        else:
-            f = lib["cuLaunchKernel"]
-            go = lambda h: f(func, gx, gy, gz, bx, by, bz, shared, h, params, None)  # noqa: E731
+        f = lib["cuLaunchCooperativeKernel" if cooperative else "cuLaunchKernel"]
+        tail = () if cooperative else (None,)
+        lock = self._lock
 
         def fire(stream_handle, values):
-            with self._lock:  # the C objects are shared by every replay of this launch
+            with lock:  # the C objects are shared by every replay of this launch
                 for o, v in zip(targets, values):
                     o.value = v
-                err = go(stream_handle)
+                err = f(func, gx, gy, gz, bx, by, bz, shared, stream_handle, params, *tail)
             if err:
                 raise RuntimeError(f"cuLaunchKernel failed: CUresult {err}")
 
@@ -133,9 +130,6 @@ class Launch:
             _core_launch(_core_stream(stream_handle), config, kernel, *args)
 
         return fire
-
-    def fire(self, stream_handle, values):
-        self._fire(stream_handle, values)
 
 
 def _core_stream(handle):

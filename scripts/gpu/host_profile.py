@@ -18,7 +18,7 @@ from numba import cuda
 
 import numba_softmax as ns
 from numba_softmax import plans
-from numba_softmax.arrays import kinds
+from numba_softmax.arrays import kinds, pool
 from numba_softmax.kernels import replay
 
 
@@ -100,7 +100,8 @@ def main():
         ("plans._current_context", plans._current_context),
         ("plans.find", lambda: plans.find(key)),
         ("kinds.pointer(torch)", lambda: kinds.pointer(tx)),
-        ("allocator(torch recipe)", lambda: plan.makers[0](stream)),
+        ("allocator(torch recipe)", lambda: plan.makers[0](stream, (tx, None))),
+        ("pool.device_array((1,1024))", lambda: pool.device_array((1, 1024), np.float32)),
         ("kinds.describe(numba)", lambda: kinds.describe(xs["numba"])),
         ("kinds.layout_key(numba)", lambda: kinds.layout_key(xs["numba"])),
         ("cuda.device_array((1,1024))", lambda: cuda.device_array((1, 1024), np.float32)),
@@ -109,8 +110,8 @@ def main():
         ("plan((x, None), 0) whole", lambda: plan((tx, None), stream)),
         ("ns.softmax(x) whole", lambda: ns.softmax(tx)),
     ]
-    for ln, _ in plan.launches:
-        pieces.append(("Launch.fire", lambda ln=ln: ln.fire(0, [tx.data_ptr()] * len(ln.patches))))
+    for fire, sources in plan.launches:
+        pieces.append(("Launch.fire", lambda f=fire, k=len(sources): f(0, [tx.data_ptr()] * k)))
     for name, fn in pieces:
         print(f"{name:32s} {bare_us(fn, n):8.2f}")
     cuda.synchronize()
