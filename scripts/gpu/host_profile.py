@@ -118,6 +118,7 @@ def main():
 
     for name, fn in (("ns.softmax torch", lambda: ns.softmax(tx)),
                      ("ns.attention torch", lambda: ns.attention(q, q, q)),
+                     ("decode splits=4 torch", lambda: ns.attention(q1, kv, kv, num_splits=4)),
                      ("ns.softmax numba out=", lambda: ns.softmax(xs["numba"], out=ys["numba"]))):
         prof = cProfile.Profile()
         prof.enable()
