@@ -12,11 +12,12 @@ import numbers
 import numpy as np
 
 from . import plans
-from .arrays import heads, kinds
+from .arrays import heads, kinds, layout
 from .arrays.rows import check_alias, check_dtype
 from .kernels import attention as _forward
 from .kernels import attention_tc as _tensor_cores
 from .kernels import decode_launch as _decode
+from .kernels import launcher
 from .kernels import merge as _merge
 
 __all__ = ["attention", "merge_attention"]
@@ -199,7 +200,7 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
         o_buf = None
         if o4 is None:
             o_buf, o4 = heads.output(kind, o_shape, dq.dtype, q, 2, stream)
-        lse_buf, lse4 = heads.output(kind, lse_shape, F32, q, 1, stream)
+        lse_bufs, lse4 = lse_output(kind, lse_shape, q, return_lse, stream)
         small = plans.simulator_enabled()
         if splits == 1:
             kernel.launch(q4, k4, v4, o4, lse4, causal=causal, window=window, scale=scale,
@@ -210,8 +211,8 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
         if target is not None and o_buf is not None:
             _fill(target, kinds.to_user(kind, o_buf, stream, dq.dtype), stream)
         if o_buf is None or target is not None:
-            return rec.done(_LseOnly(kind, return_lse), lse_buf, out=out)
-        return rec.done(_OAndLse(kind, return_lse, dq.dtype), o_buf, lse_buf)
+            return rec.done(_LseOnly(kind), *lse_bufs, out=out)
+        return rec.done(_OAndLse(kind, dq.dtype), o_buf, *lse_bufs)
 
 
 def _kernel_for(dtype, scale):
@@ -233,25 +234,37 @@ def _fill(target, result, stream):
     return target.obj
 
 
+def lse_output(kind, shape, like, return_lse, stream):
+    """LSE's (buffers to hand back, (B, H, S) device view): a new array when the caller
+    asked for it, else per-stream scratch that outlives the call — the kernels write LSE
+    either way, and a PyTorch allocation is ~3 µs of a call that should cost ~20."""
+    if return_lse:
+        buf, dev = heads.output(kind, shape, F32, like, 1, stream)
+        return (buf,), dev
+    return (), launcher.scratch(layout.heads_shape(tuple(shape), 1), F32, stream, "attention lse")
+
+
 class _OAndLse:
-    """The result of a call without ``out=``: O (and LSE) in the user's kind."""
+    """The result of a call without ``out=``: O (and LSE, when its buffer is given) in
+    the user's kind."""
 
-    def __init__(self, kind, return_lse, dtype):
-        self.kind, self.return_lse, self.dtype = kind, return_lse, dtype
+    def __init__(self, kind, dtype):
+        self.kind, self.dtype = kind, dtype
 
-    def __call__(self, o_buf, lse_buf, out=None, stream=0):
+    def __call__(self, o_buf, *lse_buf, out=None, stream=0):
         o = kinds.to_user(self.kind, o_buf, stream, self.dtype)
-        return (o, kinds.to_user(self.kind, lse_buf, stream)) if self.return_lse else o
+        return (o, kinds.to_user(self.kind, lse_buf[0], stream)) if lse_buf else o
 
 
 class _LseOnly:
-    """The result of a call with ``out=``: ``out`` (already written), and LSE."""
+    """The result of a call with ``out=``: ``out`` (already written), and LSE when its
+    buffer is given."""
 
-    def __init__(self, kind, return_lse):
-        self.kind, self.return_lse = kind, return_lse
+    def __init__(self, kind):
+        self.kind = kind
 
-    def __call__(self, lse_buf, out=None, stream=0):
-        return (out, kinds.to_user(self.kind, lse_buf, stream)) if self.return_lse else out
+    def __call__(self, *lse_buf, out=None, stream=0):
+        return (out, kinds.to_user(self.kind, lse_buf[0], stream)) if lse_buf else out
 
 
 def merge_attention(o_a, lse_a, o_b, lse_b, *, stream=None):
@@ -295,4 +308,4 @@ def merge_attention(o_a, lse_a, o_b, lse_b, *, stream=None):
         lse_buf, lse3 = heads.output(kind, sa[:-1], F32, o_a, 1, stream)
         _merge.merge_pair_launch(oa4, la3, ob4, lb3, o4, lse3, stream=stream,
                                   small=plans.simulator_enabled())
-        return rec.done(_OAndLse(kind, True, da.dtype), o_buf, lse_buf)
+        return rec.done(_OAndLse(kind, da.dtype), o_buf, lse_buf)

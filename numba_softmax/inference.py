@@ -19,7 +19,7 @@ from . import plans
 from .arrays import heads, kinds, layout
 from .arrays.rows import check_dtype
 from .attention import (DTYPES, F32, _OAndLse, _check_flag, _check_scale, _check_splits,
-                        _check_window, _describe_all, _kernel_for)
+                        _check_window, _describe_all, _kernel_for, lse_output)
 from .kernels import append as _append
 from .kernels import paged as _paged
 
@@ -189,14 +189,14 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=F
                                  check=check)
     with plans.Recorder(plan_key, arrays, stream) as rec:
         o_buf, o4 = heads.output(kind, (b, hq, sq, d_v), dtype, q, 2, stream)
-        lse_buf, lse3 = heads.output(kind, (b, hq, sq), F32, q, 1, stream)
+        lse_bufs, lse3 = lse_output(kind, (b, hq, sq), q, return_lse, stream)
         if b and hq and sq:
             q4 = heads.view(ds["q"], 2, stream)
             kc, vc = _cache_views([("k_cache", ds["k_cache"]), ("v_cache", ds["v_cache"])], stream)
             _paged.launch(q4, kc, vc, table, seqlens, o4, lse3, causal=causal, window=window,
                           scale=scale, num_splits=splits, stream=stream,
                           small=plans.simulator_enabled())
-        return rec.done(_OAndLse(kind, return_lse, dtype), o_buf, lse_buf)
+        return rec.done(_OAndLse(kind, dtype), o_buf, *lse_bufs)
 
 
 def append_kv(k_new, v_new, k_cache, v_cache, block_table, cache_seqlens, *, stream=None):

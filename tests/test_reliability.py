@@ -333,6 +333,17 @@ def within(seconds, fn):
 OOM = [CudaAPIError(2, "CUDA_ERROR_OUT_OF_MEMORY"), MemoryError("out of device memory")]
 
 
+def no_device_memory(monkeypatch, fail):
+    """Every new device buffer fails with ``fail``: Numba's ``device_array`` and the
+    pool's fresh blocks, with no idle block kept or left over to reuse."""
+    from numba_softmax.arrays import pool
+
+    monkeypatch.setattr(pool, "MAX_CACHED", 0)
+    pool.release()
+    monkeypatch.setattr(cuda, "device_array", fail)
+    monkeypatch.setattr(pool, "new_block", fail)
+
+
 @pytest.mark.parametrize("error", OOM, ids=["CudaAPIError", "MemoryError"])
 @pytest.mark.parametrize("kind", ["numpy", "numba"])
 def test_failed_allocation_surfaces(monkeypatch, error, kind):
@@ -346,10 +357,7 @@ def test_failed_allocation_surfaces(monkeypatch, error, kind):
     from numba_softmax.arrays import pool
 
     real_block = pool.new_block
-    monkeypatch.setattr(pool, "MAX_CACHED", 0)  # no block is kept for reuse …
-    pool.release()  # … or left over: every result needs a new one
-    monkeypatch.setattr(cuda, "device_array", fail)
-    monkeypatch.setattr(pool, "new_block", fail)
+    no_device_memory(monkeypatch, fail)
     if kind == "numpy":  # a NumPy input fails at its copy to the device already
         monkeypatch.setattr(cuda, "to_device", fail)
     for method in ["auto", *METHODS]:
@@ -416,7 +424,7 @@ def test_attention_failed_allocation_surfaces(monkeypatch, splits):
     def fail(*args, **kwargs):
         raise CudaAPIError(2, "CUDA_ERROR_OUT_OF_MEMORY")
 
-    monkeypatch.setattr(cuda, "device_array", fail)
+    no_device_memory(monkeypatch, fail)
     with pytest.raises(CudaAPIError):
         within(60, lambda: A.attention(q, k, v, num_splits=splits))
     with pytest.raises(CudaAPIError):

@@ -5,7 +5,9 @@
 * :mod:`.layout` — stride arithmetic: which views fold, and the device copy when not;
 * :mod:`.rows`   — reductions along an axis: (rows, n) views, ``out=``, results;
 * :mod:`.heads`  — attention's (B, H, S, D) views;
-* :mod:`.record` — what a call allocates, for :mod:`numba_softmax.plans`.
+* :mod:`.record` — what a call allocates, for :mod:`numba_softmax.plans`;
+* :mod:`.pool`   — device memory for Numba-array results, reused (as PyTorch's and
+  CuPy's allocators reuse theirs).
 """
 
-from . import heads, kinds, layout, record, rows  # noqa: F401
+from . import heads, kinds, layout, pool, record, rows  # noqa: F401

@@ -9,10 +9,11 @@ Two ways to launch, chosen per process by ``NUMBA_SOFTMAX_REPLAY`` (default ``dr
 
 * ``driver`` — the argument values live in C objects made once; ``kernelParams`` (the
   array of their addresses that ``cuLaunchKernel`` reads) is made once too; a replay sets
-  the pointer objects' values and makes one ctypes call into ``libcuda`` (6.5–9.9 µs a
-  launch on the H100 of ``docs/plans.md``, most of it the driver's own launch).
+  the pointer objects' values and calls ``cuLaunchKernel`` through ``cuda.bindings``
+  with that array's address (4.5 µs a launch on the H200 of ``docs/plans.md``, against
+  9.5 through ctypes with ``argtypes`` and 7.7 for a whole ``torch.softmax``).
 * ``core`` — ``cuda.core.launch``, which numba-cuda itself uses: it converts every
-  argument again on each launch.  The two measured within the noise of each other there.
+  argument again on each launch.
 
 Both are checked the same way: the first plan of a process is replayed beside the
 ordinary result and compared (:func:`numba_softmax.plans._self_check`).  A lock makes the
@@ -34,27 +35,11 @@ except ImportError:  # pragma: no cover - another numba-cuda or cuda.core: no re
     _core_launch = None
 
 MODE = os.environ.get("NUMBA_SOFTMAX_REPLAY", "driver")
-_lib = {}
 _STREAMS = {}
 
 
 def available():
     return _core_launch is not None
-
-
-def _libcuda():
-    """cuLaunchKernel / cuLaunchCooperativeKernel with their C signatures (once)."""
-    if not _lib:
-        lib = ctypes.CDLL("libcuda.so.1")
-        u = ctypes.c_uint
-        for name, extra in (("cuLaunchKernel", [ctypes.c_void_p]),
-                            ("cuLaunchCooperativeKernel", [])):
-            f = getattr(lib, name)
-            f.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p,
-                          ctypes.c_void_p] + extra
-            f.restype = ctypes.c_int
-            _lib[name] = f
-    return _lib
 
 
 def _c_value(v):
@@ -96,25 +81,29 @@ class Launch:
         err, func = _cu.cuKernelGetFunction(handle)  # the CUfunction in this context
         if err != _cu.CUresult.CUDA_SUCCESS:
             raise NotImplementedError(f"cuKernelGetFunction: {err}")
-        func = int(func)
         objs = [_c_value(v) for v in flat]
         params = (ctypes.c_void_p * max(len(objs), 1))(*[ctypes.addressof(o) for o in objs])
+        address = ctypes.addressof(params)
         targets = [objs[i] for i in self.patches]
         (gx, gy, gz), (bx, by, bz) = _triple(grid), _triple(block)
-        lib = _libcuda()
-        f = lib["cuLaunchCooperativeKernel" if cooperative else "cuLaunchKernel"]
-        tail = () if cooperative else (None,)
         lock = self._lock
+        if cooperative:
+            go = lambda h: _cu.cuLaunchCooperativeKernel(  # noqa: E731
+                func, gx, gy, gz, bx, by, bz, shared, h, address)
+        else:
+            go = lambda h: _cu.cuLaunchKernel(  # noqa: E731
+                func, gx, gy, gz, bx, by, bz, shared, h, address, 0)
 
         def fire(stream_handle, values):
             with lock:  # the C objects are shared by every replay of this launch
                 for o, v in zip(targets, values):
                     o.value = v
-                err = f(func, gx, gy, gz, bx, by, bz, shared, stream_handle, params, *tail)
+                err = go(stream_handle)[0]
             if err:
-                raise RuntimeError(f"cuLaunchKernel failed: CUresult {err}")
+                raise RuntimeError(f"cuLaunchKernel failed: {err!r}")
 
-        fire.values = objs  # params holds only their addresses: the objects must outlive it
+        fire.params = params  # the address is all the driver sees: these must outlive it
+        fire.values = objs
         return fire
 
     def _core(self, kernel, grid, block, shared, cooperative, flat):
