@@ -38,8 +38,11 @@ def _reduce(mode_name, x, axis, method, out, stream):
         n_out = rows.n if keep_axis else 1
         y = target.rows_view(rows.rows, n_out, rows.axis if keep_axis else None) if target else None
         buf = None
-        if y is None:  # a new result buffer (or one copied into out= afterwards)
-            buf, y = kinds.empty(rows.kind, (rows.rows, n_out), rows.dtype, like=x, stream=stream)
+        if y is None:  # a new result buffer (or one copied into out= afterwards), made in
+            # the result's own shape: reshaping every result would cost a replay ~2 µs
+            buf, y = kinds.empty(rows.kind, finish.moved or (rows.rows, n_out), rows.dtype,
+                                 like=x, stream=stream)
+            y = y.reshape(rows.rows, n_out)
         methods.launch(method, MODES[mode_name], x_rows, y, stream)
         if target is None:
             return rec.done(finish, buf)

@@ -266,23 +266,30 @@ def allocator(recipe, arrays=()):
     """A function ``(stream, arrays) -> (user array, data pointer)`` that makes a buffer
     like the one a recipe noted by :func:`empty` describes (plan replay; what can be
     looked up once — library dtype, device, a template — is looked up here).  ``arrays``:
-    the call's arrays when the plan is made; an input of the buffer's very layout
-    (contiguous, same shape, dtype and device) becomes its template — the plan key pins
-    every input's layout, so it stays one on every replay — and PyTorch makes the buffer
-    with ``empty_like``, half the host time of ``empty``."""
+    the call's arrays when the plan is made.  PyTorch buffers copy an input of their very
+    layout (contiguous, same shape, dtype and device) with ``empty_like`` — half the host
+    time of ``empty`` — or else one of their dtype and device with ``new_empty``; the
+    plan key pins every input's layout, so the template stays one on every replay."""
     kind, shape, dtype, device = recipe
     if kind == "torch":
         import torch
 
         empty_, t_dtype = torch.empty, _torch_dtype(torch, dtype)
-        like = next((j for j, a in enumerate(arrays) if type(a).__module__.startswith("torch")
-                     and a.shape == shape and a.dtype == t_dtype and a.device == device
-                     and a.is_contiguous()), None)
+        kin = [j for j, a in enumerate(arrays) if type(a).__module__.startswith("torch")
+               and a.dtype == t_dtype and a.device == device]
+        like = next((j for j in kin if arrays[j].shape == shape
+                     and arrays[j].is_contiguous()), None)
         if like is not None:
             empty_like = torch.empty_like
 
             def make(stream, arrays):
                 buf = empty_like(arrays[like])
+                return buf, buf.data_ptr()
+        elif kin:  # new_empty: its dtype and device, not parsed again (~20 % of empty)
+            like = kin[0]
+
+            def make(stream, arrays):
+                buf = arrays[like].new_empty(shape)
                 return buf, buf.data_ptr()
         else:
             def make(stream, arrays):
@@ -369,12 +376,11 @@ def _bf16_numpy():
 
 def reshape(kind, buf, shape, order=None):
     """``buf`` (contiguous) reshaped, then its axes permuted by ``order`` (no copy)."""
-    if kind == "torch":
-        out = buf.reshape(shape)
-        return out.permute(order) if order else out
-    if kind in ("cupy", "numpy"):
-        out = buf.reshape(shape)
-        return out.transpose(order) if order else out
+    if kind in ("torch", "cupy", "numpy"):
+        out = buf if tuple(buf.shape) == tuple(shape) else buf.reshape(shape)
+        if not order:
+            return out
+        return out.permute(order) if kind == "torch" else out.transpose(order)
     out = buf.reshape(*shape) if shape else buf.reshape(1)[0:1].reshape(())
     if not order or list(order) == sorted(order):
         return out

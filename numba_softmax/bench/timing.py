@@ -172,6 +172,25 @@ class Timer:
             times.append((time.perf_counter() - t0) * 1e3 / calls)
         return summary(times, loops * calls)
 
+    def host_pairs(self, call, base, calls, loops):
+        """Host time per call of ``call`` and of ``base``, each call followed by a device
+        synchronisation, in alternating loops of ``calls`` calls — a drift in the host's
+        speed reaches both alike.  Returns (summary of call, summary of base, median of
+        the per-loop ratios call / base)."""
+        if self.warmup:
+            self._warm(call, 1)
+            self._warm(base, 1)
+        mine, theirs = [], []
+        for _ in range(loops):
+            for fn, times in ((base, theirs), (call, mine)):
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fn(0)
+                    self.sync()
+                times.append((time.perf_counter() - t0) * 1e3 / calls)
+        ratio = median([m / t for m, t in zip(mine, theirs)])
+        return summary(mine, loops * calls), summary(theirs, loops * calls), ratio
+
     # -- device clock ---------------------------------------------------------------------
     def device(self, enqueue, n_sets=1, reps=None, inner=1):
         """Median CUDA-event time of enqueue(i) on ``self.stream`` (``inner`` calls per

@@ -1,0 +1,33 @@
+"""The small calls of the overhead table, a few times each (for ``ncu``: their kernels'
+GPU time, beside the host time the benchmark measures).
+
+    ncu --clock-control none --metrics gpu__time_duration.sum --csv \\
+        python scripts/gpu/small_calls.py
+"""
+
+import torch
+
+import numba_softmax as ns
+
+
+def main():
+    x = torch.randn(1, 1024, device="cuda")
+    q = torch.randn(1, 8, 128, 64, device="cuda")
+    q1 = torch.randn(1, 8, 1, 64, device="cuda")
+    kv = torch.randn(1, 8, 1024, 64, device="cuda")
+    o, lse = ns.attention(q, q, q, return_lse=True)
+    calls = {"softmax": lambda: ns.softmax(x), "logsumexp": lambda: ns.logsumexp(x),
+             "torch.softmax": lambda: torch.softmax(x, -1),
+             "attention": lambda: ns.attention(q, q, q),
+             "merge": lambda: ns.merge_attention(o, lse, o, lse),
+             "decode": lambda: ns.attention(q1, kv, kv, num_splits=4)}
+    for name, fn in calls.items():
+        for _ in range(3):
+            torch.cuda.nvtx.range_push(name)
+            fn()
+            torch.cuda.nvtx.range_pop()
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
