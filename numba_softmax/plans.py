@@ -89,7 +89,10 @@ def key(tag, arrays, stream):
         parts.append(k)
     if len(arrays) > 1 and arrays[-1] is not None:  # out=: how it overlaps each input
         parts.append(_overlaps(arrays, parts[2:]))
-    parts.append(_current_context())
+    context = _current_context()
+    if not context:  # a thread Numba has not yet made a context current on: the
+        return None  # ordinary path does (a replay there would launch into no context)
+    parts.append(context)
     return tuple(parts)
 
 

@@ -170,6 +170,31 @@ def test_threads_replaying_at_once():
         np.testing.assert_allclose(r, ns.reference.softmax(h.astype(np.float64)), rtol=2e-5, atol=2e-6)
 
 
+def test_a_new_thread_is_never_replayed_into_no_context():
+    """A thread's first call finds no current CUDA context (Numba makes one current when
+    it first launches there): such a call must take the ordinary path, not replay a plan
+    — and never record one that a later new thread would replay without a context."""
+    kind = KINDS[-1]
+    h = fresh((5, 300), 11)
+    x = make(kind, h)
+    ns.softmax(x)  # recorded in this thread
+    results, errors = [], []
+
+    def first_call():
+        try:
+            results.append(to_host(ns.softmax(x)))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    for _ in range(3):
+        t = threading.Thread(target=first_call)
+        t.start()
+        t.join()
+    assert not errors
+    for r in results:
+        np.testing.assert_allclose(r, ns.reference.softmax(h.astype(np.float64)), rtol=2e-5, atol=2e-6)
+
+
 def test_side_stream_orders_after_its_own_work():
     torch = pytest.importorskip("torch")
     s = torch.cuda.Stream()

@@ -30,7 +30,7 @@ from .._sim import simulator_enabled
 
 MAX_CACHED = 256 << 20  # idle bytes kept for reuse, over every context and stream
 
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()  # re-entrant: a loan collected while its thread holds the lock
 _IDLE = {}  # (context id, stream handle, bytes) -> [(Numba's owned pointer, address)]
 _CACHED = [0]
 
@@ -51,9 +51,10 @@ class _Loan:
 
 
 def _give_back(where, block):
+    fresh = []  # made outside the lock: an allocation may run the garbage collector
     with _LOCK:
         if _CACHED[0] + where[2] <= MAX_CACHED:
-            _IDLE.setdefault(where, []).append(block)
+            _IDLE.setdefault(where, fresh).append(block)
             _CACHED[0] += where[2]
 
 
