@@ -2,12 +2,22 @@
 GPU time, beside the host time the benchmark measures).
 
     ncu --clock-control none --metrics gpu__time_duration.sum --csv \\
-        python scripts/gpu/small_calls.py
+        python scripts/gpu/small_calls.py [NAME ...]
+
+``LINEINFO=1``: every kernel compiled with line information (for ncu's source page).
 """
 
-import torch
+import os
+import sys
 
-import numba_softmax as ns
+import torch
+from numba import cuda
+
+if os.environ.get("LINEINFO"):
+    _jit = cuda.jit
+    cuda.jit = lambda *a, **kw: _jit(*a, lineinfo=True, **kw)
+
+import numba_softmax as ns  # noqa: E402
 
 
 def main():
@@ -22,6 +32,8 @@ def main():
              "merge": lambda: ns.merge_attention(o, lse, o, lse),
              "decode": lambda: ns.attention(q1, kv, kv, num_splits=4)}
     for name, fn in calls.items():
+        if sys.argv[1:] and name not in sys.argv[1:]:
+            continue
         for _ in range(3):
             torch.cuda.nvtx.range_push(name)
             fn()
