@@ -21,7 +21,7 @@ def main():
         for row in csv.reader(f):
             if not row:
                 continue
-            if row[0].startswith("File Path") or (len(row) == 1 and "/" in row[0]):
+            if row[0].startswith(("File Path", "File Name")) or (len(row) == 1 and "/" in row[0]):
                 path = row[-1] if len(row) > 1 else row[0]
                 header = None
                 continue
@@ -29,7 +29,8 @@ def main():
                 header = row
                 col = next(i for i, c in enumerate(row) if c.startswith("Warp Stall Sampling (All"))
                 src = next((i for i, c in enumerate(row) if c.strip().lower() == "source"), 1)
-                line = next((i for i, c in enumerate(row) if c.strip() == "#"), 0)
+                line = next((i for i, c in enumerate(row) if c.strip() in ("#", "Line No")), 0)
+                print("columns:", row[:6])
                 continue
             if header is None or len(row) <= col:
                 continue
