@@ -42,7 +42,7 @@ from . import jit, launcher, topk_filter, topk_select, vector
 from .jit import accumulator
 from .chunk import pow2_ceil as _pow2_at_least
 from .topk_select import MAX_K  # 128: a warp's list holds ⌈k/32⌉ ≤ 4 entries per lane
-from .topk_state import WARP, block_memory, pieces_state, row_state, writer
+from .topk_state import WARP, block_memory, keep_piece, pieces_state, row_state, writer
 
 MERGE_THREADS = 512  # the split path's merge block (at most)
 RADIX_MERGE_THREADS = 1024  # the radix merge's block: its S·k entries in registers
@@ -161,12 +161,7 @@ def piece_kernel(dtype, threads, vpt, width, slots, perturb):
         start = s * piece
         stop = min(start + piece, x.shape[1])
         m, l, _ = state(x, row, start, stop, k, inv_t, key, sv, si, m_sh, l_sh)
-        for r in range(tid, k, threads):
-            ws_v[row, s, r] = sv[r]
-            ws_i[row, s, r] = si[r]
-        if tid == 0:
-            ws_m[row, s] = m
-            ws_l[row, s] = l
+        keep_piece(ws_v, ws_i, ws_m, ws_l, row, s, sv, si, k, m, l, tid, threads)
 
     return piece_states
 

@@ -39,7 +39,7 @@ from . import jit, vector
 from .jit import accumulator
 from .reduce import block_combine
 from .topk_select import MAX_K, radix_select, select_memory
-from .topk_state import writer
+from .topk_state import keep_piece, writer
 from .warp import ballot
 
 WARP = 32
@@ -153,11 +153,6 @@ def filter_kernel(dtype, threads, per_thread, width, log):
         if ws_m.shape[1] == 1:  # the whole row: its k outputs
             write(values, indices, row, sv, si, 0, k, m, l, tid, threads)
             return
-        for r in range(tid, k, threads):
-            ws_v[row, s, r] = sv[r]
-            ws_i[row, s, r] = si[r]
-        if tid == 0:
-            ws_m[row, s] = m
-            ws_l[row, s] = l
+        keep_piece(ws_v, ws_i, ws_m, ws_l, row, s, sv, si, k, m, l, tid, threads)
 
     return filter_topk

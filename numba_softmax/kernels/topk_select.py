@@ -41,7 +41,7 @@ from ..combine import EMPTY, combine_device, larger_device, precedes_device, wei
 from . import jit, vector
 from .jit import accumulator
 from .reduce import block_combine
-from .topk_state import writer
+from .topk_state import keep_piece, writer
 from .warp import peers, shfl
 
 WARP = 32
@@ -261,12 +261,7 @@ def piece_kernel(dtype, threads, per_thread, width):
             l += weight_device(u[c], m)
         m, l = block_combine(m, l, m_sh, l_sh)  # the piece's (m, ℓ)
         select(u, j, stop - 1, idx_bytes, k, hist, ctrl, cv, ci, sv, si)  # its k best
-        for r in range(tid, k, threads):
-            ws_v[row, s, r] = sv[r]
-            ws_i[row, s, r] = si[r]
-        if tid == 0:
-            ws_m[row, s] = m
-            ws_l[row, s] = l
+        keep_piece(ws_v, ws_i, ws_m, ws_l, row, s, sv, si, k, m, l, tid, threads)
 
     return radix_piece_states
 

@@ -249,6 +249,19 @@ def row_state(dtype, threads, vpt, width, slots, warp_rows, perturb):
     return state
 
 
+@jit.device
+def keep_piece(ws_v, ws_i, ws_m, ws_l, row, s, sv, si, k, m, l, tid, threads):
+    """A piece's k best (sv, si[0 : k]) and its (m, ℓ) to the workspace slot (row, s)
+    that :func:`pieces_state` reads back (the split path's first kernel); every thread
+    of the block calls it."""
+    for r in range(tid, k, threads):
+        ws_v[row, s, r] = sv[r]
+        ws_i[row, s, r] = si[r]
+    if tid == 0:
+        ws_m[row, s] = m
+        ws_l[row, s] = l
+
+
 @functools.cache
 def pieces_state(acc, lists, threads, slots):
     """Device function ``state(ws_v, ws_i, ws_m, ws_l, row, k, sv, si, m_sh, l_sh)``
