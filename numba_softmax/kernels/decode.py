@@ -44,7 +44,7 @@ from numba import cuda, int64
 from ..combine import weight_device
 from . import jit, shuffle, tileio
 from . import visible as vis
-from .decode_merge import fold_warps, merge_when_last
+from .decode_merge import block_of, fold_warps, merge_when_last, row_of
 from .jit import accumulator
 from .ptx import nan_max
 
@@ -95,20 +95,28 @@ def kernel(dtype, d, dv, rows, warps, paged, width):
         tid = cuda.threadIdx.x
         warp, lane = tid >> 5, tid & 31
         slot, t = warp * KPW + lane // LPK, lane & (LPK - 1)  # key slot; lane within the key
-        x = cuda.blockIdx.x  # → (row chunk, split, K/V head, batch), the chunks of one head adjacent
-        rc, x = x % n_chunks, x // n_chunks
-        z, x = x % splits, x // splits
         n_kv = k.shape[2] if paged else k.shape[1]
-        hk, b = x % n_kv, x // n_kv
+        rc, z, hk, b = block_of(n_chunks, splits, n_kv)  # (row chunk, split, K/V head, batch)
         group, sq = q.shape[1] // n_kv, q.shape[2]
+        n_rows = group * sq
+        pr0 = rc * RB  # the block's packed rows pr0 … pr0 + RB − 1: query i = pr // group
+        qv = cuda.local.array(N_Q, acc)  # the lane's 8 values of each row's q: loads first,
+        row_i = cuda.local.array(RB, int64)  # in flight with (paged) the length's, below
+        for r in range(RB):
+            pr = pr0 + r
+            h, row_i[r] = row_of(pr, hk, group)
+            if pr < n_rows:
+                row_slots(q, b, h, row_i[r], t, d, qv, r * EPL)
+            else:
+                for c in range(EPL):
+                    qv[r * EPL + c] = acc(0.0)
         if paged:  # clamped to the table row: an unchecked length reads nothing outside it
             sk = min(max(int64(seqlens[b]), 0), int64(table.shape[1]) * k.shape[1])
         else:
             sk = int64(k.shape[2])
         shift = sk - sq  # the Sq queries are the last Sq positions
-        n_rows = group * sq
-        pr0 = rc * RB  # the block's packed rows pr0 … pr0 + RB − 1: query i = pr // group
-        i_first, i_last = pr0 // group, (min(pr0 + RB, n_rows) - 1) // group
+        i_first = jit.udivmod(pr0, group)[0]
+        i_last = jit.udivmod(min(pr0 + RB, n_rows) - 1, group)[0]
         lo, hi = vis.key_range(i_first, i_last, shift, left, right, 0, sk)
         if kv_chunk > 0:  # splits of exactly kv_chunk positions
             a, e = max(lo, z * kv_chunk), min(hi, z * kv_chunk + kv_chunk)
@@ -117,16 +125,6 @@ def kernel(dtype, d, dv, rows, warps, paged, width):
             a = lo + z * per
             e = min(hi, a + per)
 
-        qv = cuda.local.array(N_Q, acc)  # the lane's 8 values of each row's q
-        row_i = cuda.local.array(RB, int64)  # each row's query index
-        for r in range(RB):
-            pr = pr0 + r
-            row_i[r] = pr // group
-            if pr < n_rows:
-                row_slots(q, b, hk * group + pr % group, pr // group, t, d, qv, r * EPL)
-            else:
-                for c in range(EPL):
-                    qv[r * EPL + c] = acc(0.0)
         sc = acc(scale)  # applied to the scores: q's loads need not land before the loop starts
         m = cuda.local.array(RB, acc)  # each row's state (m, ℓ, O) over this slot's keys
         l = cuda.local.array(RB, acc)

@@ -1,5 +1,6 @@
 """The two folds at the end of the decode kernel (:mod:`.decode`): across the warps of a
-block, and across the Z blocks (splits) of a K/V head — both the combiner over (m, ℓ, O).
+block, and across the Z blocks (splits) of a K/V head — both the combiner over (m, ℓ, O);
+and the two index maps both decode kernels share (:func:`block_of`, :func:`row_of`).
 
 ``fold_warps``: every warp holds, per query row, a state (m, ℓ, O) over its keys (O in
 the lanes of one key slot, 8 columns a lane; :mod:`.decode_tc`: in mma accumulator
@@ -14,10 +15,12 @@ normalised: with one split it is the answer (o, lse); with Z splits it is the pa
 
     m = max_z LSE_z,   ℓ = Σ_z exp(LSE_z − m),   O = Σ_z exp(LSE_z − m)·O_z / ℓ
 
-Every LSE_z is read at once (one thread per (z, row)); then the block's threads split the
-output into 4-column pieces, TPI threads per piece, each thread reading every TPI-th
-partial of its piece eight at a time (16-byte loads, all in flight), and the TPI sums meet
-in shared memory — a round trip or two to L2, not Z of them.
+The block's threads split the output into 4-column pieces, TPI threads per piece.  Each
+thread starts the loads of every TPI-th partial of its piece (eight at a time, 16-byte
+loads, all in flight) and, while they travel, folds its row's LSE_z itself: the same few
+cached words in every thread of the row, where one thread folding while the others wait
+at two barriers cost a small call about a microsecond.  The TPI sums meet in shared
+memory — one round trip to L2, not Z of them.
 """
 
 import functools
@@ -36,10 +39,21 @@ EPL = 8  # output columns per lane in the decode kernel
 
 def _row(pr, hk, group):
     """Packed row pr of K/V head hk → (query head, query index)."""
-    return hk * group + pr % group, pr // group
+    i, g = jit.udivmod(pr, group)
+    return hk * group + g, i
+
+
+def _block(n_chunks, splits, n_kv):
+    """This block → (row chunk rc, split z, K/V head hk, batch b): block x =
+    ((b·Hkv + hk)·Z + z)·chunks + rc, the chunks of one head adjacent."""
+    x, rc = jit.udivmod(cuda.blockIdx.x, n_chunks)
+    x, z = jit.udivmod(x, splits)
+    b, hk = jit.udivmod(x, n_kv)
+    return rc, z, hk, b
 
 
 row_of = jit.device(_row)
+block_of = jit.device(_block)  # the grid of both decode kernels (decode_launch)
 
 
 @functools.cache
@@ -141,6 +155,28 @@ def fold_shared(dtype, dv, dvp, rows, warps):
 
 
 @functools.cache
+def state_of(dtype):
+    """Device function ``state_of(x, step, n, i0, i1, i2)``: the (m, ℓ) of the n states
+    (m_k, ℓ_k = 1) with m_k = x[k·step + i0, i1, i2] — the partials' LSE_z over z — and
+    the factor 1/ℓ (0 when ℓ = 0: nothing was seen).  Every thread that needs a row's
+    factors folds that row itself (the reads are the same few cached words): no barrier,
+    no thread waiting on another's loop."""
+    acc = accumulator(dtype)
+
+    @jit.device
+    def fold(x, step, n, i0, i1, i2):
+        mx = acc(-math.inf)
+        for k in range(n):
+            mx = nan_max(x[k * step + i0, i1, i2], mx)
+        lt = acc(0.0)
+        for k in range(n):
+            lt += weight_device(x[k * step + i0, i1, i2], mx)
+        return mx, lt, (acc(1.0) / lt if lt != acc(0.0) else acc(0.0))
+
+    return fold
+
+
+@functools.cache
 def fold_splits(dtype, dv, rows, warps):
     acc = accumulator(dtype)
     store_o = jit.storer(dtype)
@@ -148,35 +184,23 @@ def fold_splits(dtype, dv, rows, warps):
     NC = -(-dv // 4)  # 4-column chunks of a row (the workspace rows are padded to 4·NC)
     ITEMS = RB * NC
     TPI = max(1, THREADS // ITEMS)  # threads per 4 output columns: each folds every TPI-th z
-    ZR, RED = MAX_SPLITS * RB, 4 * ITEMS * TPI
+    RED = 4 * ITEMS * TPI
     BATCH = 8  # partials a thread loads before it uses any
-    fold_states = rebase(dtype)
+    row_state = state_of(dtype)
     BUF = 4 * BATCH
     load4 = tileio.global_load(4)
+
+    @jit.device
+    def load_batch(o_ws, zz, splits, n_b, b, h, i, c, buf):
+        for u in range(BATCH):  # all in flight together
+            if zz + u * TPI < splits:
+                load4(o_ws, (zz + u * TPI) * n_b + b, h, i, c, buf, 4 * u)
 
     @jit.device
     def fold(o_ws, lse_ws, o, lse, splits, b, hk, group, pr0, n_rows):
         tid = cuda.threadIdx.x
         n_b = o.shape[0]
-        f_s = cuda.shared.array(ZR, acc)  # LSE_z of each (z, row), then its factor
-        l_s = cuda.shared.array(RB, acc)
         red = cuda.shared.array(RED, acc)  # the TPI partial sums of every 4 columns
-        for idx in range(tid, splits * RB, THREADS):  # every LSE_z at once
-            z = idx // RB
-            pr = pr0 + idx - z * RB
-            f_s[idx] = acc(-math.inf)
-            if pr < n_rows:
-                h, i = row_of(pr, hk, group)
-                f_s[idx] = lse_ws[z * n_b + b, h, i]
-        cuda.syncthreads()  # all LSE_z are in shared memory
-        if tid < RB:  # one thread per row: (m, ℓ) over z (each ℓ_z = 1), and each split's factor
-            mx, lt = fold_states(f_s, f_s, True, splits, tid, RB)
-            l_s[tid] = lt
-            pr = pr0 + tid
-            if pr < n_rows:
-                h, i = row_of(pr, hk, group)
-                lse[b, h, i] = lse_device(mx, lt)
-        cuda.syncthreads()  # the factors are ready
         buf = cuda.local.array(BUF, acc)
         for idx in range(tid, ITEMS * TPI, THREADS):  # lanes along the columns: coalesced
             sub, item = idx // ITEMS, idx % ITEMS
@@ -185,19 +209,25 @@ def fold_splits(dtype, dv, rows, warps):
             x0 = x1 = x2 = x3 = acc(0.0)
             if pr < n_rows:
                 h, i = row_of(pr, hk, group)
+                mx, lt, inv = acc(-math.inf), acc(0.0), acc(0.0)
                 zz = sub
-                while zz < splits:  # BATCH splits at a time, all loads in flight together
+                while zz < splits:  # O = Σ_z exp(LSE_z − m)/ℓ · O_z, BATCH splits at a time
+                    load_batch(o_ws, zz, splits, n_b, b, h, i, c, buf)  # O_z on its way …
+                    if zz == sub:  # … while the row's (m, ℓ) over z forms (each ℓ_z = 1)
+                        mx, lt, inv = row_state(lse_ws, n_b, splits, b, h, i)
+                        if sub == 0 and c == 0:
+                            lse[b, h, i] = lse_device(mx, lt)
                     for u in range(BATCH):
-                        if zz + u * TPI < splits:
-                            load4(o_ws, (zz + u * TPI) * n_b + b, h, i, c, buf, 4 * u)
-                    for u in range(BATCH):
-                        if zz + u * TPI < splits:
-                            f = f_s[(zz + u * TPI) * RB + r]
+                        z = zz + u * TPI
+                        if z < splits:
+                            f = weight_device(lse_ws[z * n_b + b, h, i], mx) * inv
                             x0 += f * buf[4 * u]
                             x1 += f * buf[4 * u + 1]
                             x2 += f * buf[4 * u + 2]
                             x3 += f * buf[4 * u + 3]
                     zz += BATCH * TPI
+                if lt == acc(0.0):  # the row saw no key (or this thread no split): O = 0
+                    x0 = x1 = x2 = x3 = acc(0.0)  # (chosen: 0·NaN is NaN)
             at = 4 * (sub * ITEMS + item)
             red[at], red[at + 1], red[at + 2], red[at + 3] = x0, x1, x2, x3
         cuda.syncthreads()  # every partial sum is in shared memory
@@ -211,7 +241,7 @@ def fold_splits(dtype, dv, rows, warps):
                     for sub in range(TPI):
                         x += red[4 * (sub * ITEMS + item) + e]
                     if c + e < dv:
-                        o[b, h, i, c + e] = store_o(x if l_s[r] != acc(0.0) else acc(0.0))
+                        o[b, h, i, c + e] = store_o(x)
 
     return fold
 

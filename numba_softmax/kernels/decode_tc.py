@@ -42,7 +42,7 @@ import numba
 from numba import cuda, int32, int64
 
 from .attention_tc import LOG2E, PAD
-from .decode_merge import fold_shared, merge_when_last
+from .decode_merge import block_of, fold_shared, merge_when_last, row_of
 from .staging import stager
 from . import jit
 from .warp import shfl, shfl2
@@ -156,11 +156,8 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
         tid = cuda.threadIdx.x
         warp, lane = tid >> 5, tid & 31
         g, t = lane >> 2, lane & 3  # this lane's place in every fragment (mma.py)
-        x = cuda.blockIdx.x  # → (row chunk, split, K/V head, batch), as in .decode
-        rc, x = x % n_chunks, x // n_chunks
-        z, x = x % splits, x // splits
         n_kv = k.shape[2] if paged else k.shape[1]
-        hk, b = x % n_kv, x // n_kv
+        rc, z, hk, b = block_of(n_chunks, splits, n_kv)  # (row chunk, split, K/V head, batch)
         group, sq = q.shape[1] // n_kv, q.shape[2]
         if paged:  # clamped to the table row: an unchecked length reads nothing outside it
             sk = min(max(int64(seqlens[b]), 0), int64(table.shape[1]) * k.shape[1])
@@ -169,7 +166,8 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
         shift = sk - sq  # the Sq queries are the last Sq positions
         n_rows = group * sq
         pr0 = rc * RB  # the block's packed rows pr0 … pr0 + RB − 1
-        i_first, i_last = pr0 // group, (min(pr0 + RB, n_rows) - 1) // group
+        i_first = jit.udivmod(pr0, group)[0]
+        i_last = jit.udivmod(min(pr0 + RB, n_rows) - 1, group)[0]
         lo, hi = vis.key_range(i_first, i_last, shift, left, right, 0, sk)
         if kv_chunk > 0:  # splits of exactly kv_chunk positions
             a, e = max(lo, z * kv_chunk), min(hi, z * kv_chunk + kv_chunk)
@@ -205,7 +203,7 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
         row_i = cuda.local.array(2, int64)  # the query index of the lane's rows g, g + 8
         for rr in range(2):
             pr = pr0 + g + 8 * rr
-            h, i = hk * group + pr % group, pr // group  # (once a row: a division)
+            h, i = row_of(pr, hk, group)  # (once a row: a division)
             row_i[rr] = i
             for kk in range(KD):
                 for half in range(2):

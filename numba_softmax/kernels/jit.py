@@ -120,3 +120,15 @@ def storer(dtype):
         return out(value)
 
     return store
+
+
+def _udivmod(a, n):
+    """(a // n, a % n) for 0 ≤ a < 2³² and 0 < n < 2³² (indices, counts): one 32-bit
+    unsigned division, ~20 instructions, where Numba's int64 ``//`` and ``%`` each cost a
+    64-bit one and Python's sign fix-ups (~60: measurable in a kernel that runs 5 µs)."""
+    x, m = numba.uint32(a), numba.uint32(n)
+    q = x // m  # LLVM narrows the division of two zero-extended uint32 to div.u32
+    return numba.int64(q), numba.int64(x - q * m)
+
+
+udivmod = device(_udivmod)

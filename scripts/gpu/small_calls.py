@@ -26,11 +26,16 @@ def main():
     q1 = torch.randn(1, 8, 1, 64, device="cuda")
     kv = torch.randn(1, 8, 1024, 64, device="cuda")
     o, lse = ns.attention(q, q, q, return_lse=True)
+    kc = kv[0].permute(1, 0, 2).reshape(64, 16, 8, 64).contiguous()  # pages of 16
+    table = torch.arange(64, dtype=torch.int32, device="cuda")[None]
+    lens = torch.full((1,), 1024, dtype=torch.int32, device="cuda")
     calls = {"softmax": lambda: ns.softmax(x), "logsumexp": lambda: ns.logsumexp(x),
              "torch.softmax": lambda: torch.softmax(x, -1),
              "attention": lambda: ns.attention(q, q, q),
              "merge": lambda: ns.merge_attention(o, lse, o, lse),
-             "decode": lambda: ns.attention(q1, kv, kv, num_splits=4)}
+             "decode": lambda: ns.attention(q1, kv, kv, num_splits=4),
+             "decode16": lambda: ns.attention(q1, kv, kv, num_splits=16),
+             "paged": lambda: ns.paged_attention(q1, kc, kc, table, lens, check=False)}
     for name, fn in calls.items():
         if sys.argv[1:] and name not in sys.argv[1:]:
             continue
