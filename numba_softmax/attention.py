@@ -125,7 +125,7 @@ def _overlaps_any(d, inputs):
 
 # --- the API ------------------------------------------------------------------------------
 def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=False,
-              num_splits=1, out=None, stream=None):
+              num_splits=None, out=None, stream=None):
     """Scaled dot-product attention, FlashAttention-style: O = softmax(scale·Q Kᵀ) V.
 
     The Sq×Sk score matrix is never formed: one pass over K and V per tile of queries
@@ -151,10 +151,11 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
     return_lse : bool
         Also return LSE = log Σ_j exp(scale·q·k_j), shape (..., Hq, Sq), float32.
     num_splits : int or None
-        1: one block per (batch·head, query tile).  More: split-KV (flash-decoding) —
-        the keys are cut into up to ``num_splits`` ranges processed by different blocks
-        and merged; for few query rows and long key sequences.  None: chosen from the
-        shape and the device.
+        None (default): chosen from the shape and the device — a few query rows per
+        K/V head ((Hq/Hkv)·Sq ≤ 32: decoding) take the split-KV decode kernel with as
+        many splits as fill the device; more rows take one pass.  1: one pass, one block
+        per (batch·head, query tile).  More: split-KV (flash-decoding) — the keys are cut
+        into up to ``num_splits`` ranges processed by different blocks and merged.
     out : array, optional
         Where to write O: the same kind and dtype as q, shape (..., Hq, Sq, Dv); it may
         be q itself (O is then computed into a buffer and copied in).
@@ -202,6 +203,8 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
             o_buf, o4 = heads.output(kind, o_shape, dq.dtype, q, 2, stream)
         lse_bufs, lse4 = lse_output(kind, lse_shape, q, return_lse, stream)
         small = plans.simulator_enabled()
+        if splits is None and not _decode.few_rows(q4, k4):
+            splits = 1  # chosen: enough query tiles to fill the device, one pass
         if splits == 1:
             kernel.launch(q4, k4, v4, o4, lse4, causal=causal, window=window, scale=scale,
                           stream=stream, small=small)

@@ -316,6 +316,27 @@ def test_num_splits_in_the_public_api(dtype):
         check(o, lse, q, k, v, causal, msg=f"seed {seed}")
 
 
+def test_the_default_splits_follow_the_shape(monkeypatch):
+    """num_splits=None (the default): a decoding call (one query row per K/V head here)
+    takes the split-KV decode kernel, a prefill-sized one a single forward pass; both
+    right, and an explicit num_splits=1 keeps the forward kernel."""
+    from numba_softmax.kernels import launcher
+
+    names = []
+    launch = launcher.launch
+    monkeypatch.setattr(launcher, "launch", lambda kernel, *a, **kw: (
+        names.append(kernel.__name__), launch(kernel, *a, **kw))[1])
+    rng, seed = fresh()
+    for sq, sk, want, splits in ((1, sized(130, 4096), "decode", None),
+                                 (sized(40, 200), 50, "forward", None),
+                                 (1, 70, "forward", 1)):
+        q, k, v = qkv(rng, (1, 2), sq, sk, 16)
+        names.clear()
+        o, lse = attention(q, k, v, num_splits=splits, return_lse=True)
+        assert names == [want], (sq, sk, splits, names)
+        check(o, lse, q, k, v, False, msg=f"seed {seed}, Sq {sq}, Sk {sk}")
+
+
 # --- errors -------------------------------------------------------------------------------
 def test_dtype_errors_name_the_dtype():
     rng, _ = fresh()

@@ -153,6 +153,12 @@ def run(q, k, v, o, lse, *, paged, table=None, seqlens=None, max_seqlen_k=None,
                     shared=shared)
 
 
+def few_rows(q, k):
+    """Few query rows per K/V head — (Hq/Hkv)·Sq ≤ 32: decoding, speculative decoding —
+    the problems the decode kernels take (more rows: the forward kernel on key ranges)."""
+    return q.shape[1] // k.shape[1] * q.shape[2] <= 8 * decode.MAX_ROWS
+
+
 def launch(q, k, v, o, lse, *, num_splits=None, causal=False, window=(-1, -1), scale=None,
            kv_chunk=None, stream=0, small=False, tiles=None, **tile_options):
     """Split-KV attention on 4-D device arrays q (B, Hq, Sq, D), k (B, Hkv, Sk, D),
@@ -173,7 +179,7 @@ def launch(q, k, v, o, lse, *, num_splits=None, causal=False, window=(-1, -1), s
         raise ValueError(f"head dimensions must be between 1 and {decode.MAX_HEAD_DIM}, "
                          f"got D={d}, Dv={dv}")
     chunks = 0 if kv_chunk is None else -(-sk // max(int(kv_chunk), 1))
-    if not tile_options and n_h // n_kv * sq <= 8 * decode.MAX_ROWS and chunks <= MAX_SPLITS:
+    if not tile_options and few_rows(q, k) and chunks <= MAX_SPLITS:
         return run(q, k, v, o, lse, paged=False, num_splits=num_splits, kv_chunk=kv_chunk,
                    causal=causal, window=window, scale=scale, stream=stream, small=small,
                    tiles=tiles)

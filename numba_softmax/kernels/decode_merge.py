@@ -177,7 +177,7 @@ def state_of(dtype):
 
 
 @functools.cache
-def fold_splits(dtype, dv, rows, warps):
+def fold_splits(dtype, dv, rows, warps, batch=8):
     acc = accumulator(dtype)
     store_o = jit.storer(dtype)
     RB, THREADS = rows, 32 * warps
@@ -185,7 +185,7 @@ def fold_splits(dtype, dv, rows, warps):
     ITEMS = RB * NC
     TPI = max(1, THREADS // ITEMS)  # threads per 4 output columns: each folds every TPI-th z
     RED = 4 * ITEMS * TPI
-    BATCH = 8  # partials a thread loads before it uses any
+    BATCH = batch  # partials a thread loads before it uses any
     row_state = state_of(dtype)
     BUF = 4 * BATCH
     load4 = tileio.global_load(4)

@@ -13,9 +13,9 @@ from numba_softmax.kernels import decode, decode_launch, decode_merge, jit
 from _timing import kernel_ms
 
 
-def merge_variant(fence, fold, ticket=True):
+def merge_variant(fence, fold, ticket=True, batch=8):
     def factory(dtype, dv, rows, warps):
-        fold_z = decode_merge.fold_splits(dtype, dv, rows, warps)
+        fold_z = decode_merge.fold_splits(dtype, dv, rows, warps, batch)
 
         @jit.device
         def merge(counters, t, o_ws, lse_ws, o, lse, splits, b, hk, group, pr0, n_rows):
@@ -56,6 +56,8 @@ def main():
     original = decode.merge_when_last
     variants = [("as built", original),
                 ("fence by thread 0 only", merge_variant("one", True)),
+                ("fold 1 partial at a time", merge_variant("all", True, batch=1)),
+                ("fold 2 partials at a time", merge_variant("all", True, batch=2)),
                 ("no fence (wrong)", merge_variant("none", True)),
                 ("ticket, no fold (wrong)", merge_variant("all", False)),
                 ("no ticket, no fold (wrong)", merge_variant("none", False, ticket=False))]
@@ -63,7 +65,7 @@ def main():
         decode.merge_when_last = factory
         decode.kernel.cache_clear()
         line = [f"{name:28s}"]
-        for z in (4, 16):
+        for z in (4, 8, 16):
             run = lambda i, z=z: decode_launch.run(q4, kv4, kv4, o4, lse4, paged=False,  # noqa: E731
                                                 num_splits=z)
             run(0)
