@@ -30,11 +30,9 @@ TC_MAX_HEAD_DIM = 128  # beyond it O and Q no longer fit the tensor-core kernel'
 
 def choose_splits(units, keys, resident_blocks, keys_per_step):
     """Z for ``units`` = B·Hkv·(row chunks) blocks: about one full wave of the blocks the
-    device holds at once, at least two steps of keys per split (a split of one step
-    costs its merge more than it saves: H200, float32, B 1 × 1024 keys, 8 splits 10.3 µs,
-    16 splits 11.5), at most MAX_SPLITS."""
+    device holds at once, at most one split per step of keys, at most MAX_SPLITS."""
     z = max(1, round(resident_blocks / max(units, 1)))
-    return max(1, min(z, MAX_SPLITS, -(-keys // (2 * keys_per_step))))
+    return max(1, min(z, MAX_SPLITS, -(-keys // keys_per_step)))
 
 
 def tensor_cores(q, k, v, scale):

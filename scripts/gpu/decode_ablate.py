@@ -13,7 +13,7 @@ from numba_softmax.kernels import decode, decode_launch, decode_merge, jit
 from _timing import kernel_ms
 
 
-def merge_variant(fence, fold, ticket=True, batch=8):
+def merge_variant(fence, fold, ticket=True, batch=None):
     def factory(dtype, dv, rows, warps):
         fold_z = decode_merge.fold_splits(dtype, dv, rows, warps, batch)
 
@@ -57,7 +57,7 @@ def main():
     variants = [("as built", original),
                 ("fence by thread 0 only", merge_variant("one", True)),
                 ("fold 1 partial at a time", merge_variant("all", True, batch=1)),
-                ("fold 2 partials at a time", merge_variant("all", True, batch=2)),
+                ("fold 8 partials at a time", merge_variant("all", True, batch=8)),
                 ("no fence (wrong)", merge_variant("none", True)),
                 ("ticket, no fold (wrong)", merge_variant("all", False)),
                 ("no ticket, no fold (wrong)", merge_variant("none", False, ticket=False))]
