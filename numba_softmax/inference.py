@@ -22,6 +22,7 @@ from .attention import (DTYPES, F32, _OAndLse, _check_flag, _check_scale, _check
                         _check_window, _describe_all, _kernel_for, lse_output)
 from .kernels import append as _append
 from .kernels import paged as _paged
+from .kernels import table_check as _table_check
 
 __all__ = ["attention_varlen", "paged_attention", "append_kv"]
 I32 = np.dtype(np.int32)
@@ -128,19 +129,25 @@ def _cache_views(named, stream):
 
 
 def _tables(block_table, cache_seqlens, n_blocks, block_size, batch, stream, new_tokens=0,
-            check=True):
+            check=True, queue=False):
     """Device views of the block table and lengths, checked (:func:`.kernels.paged.check_tables`:
-    NumPy tables on the host before they are copied, device ones by a kernel)."""
+    NumPy tables on the host before they are copied, device ones by a kernel).  ``queue``:
+    a device table's check is only queued on ``stream`` (:func:`.kernels.table_check.launch`,
+    under its lock) for the caller to read after its own launch; the third value says
+    whether it was."""
     on_host = all(kinds.describe(x).kind == "numpy" for x in (block_table, cache_seqlens))
     if on_host:
         _paged.check_tables(np.asarray(block_table), np.asarray(cache_seqlens), n_blocks,
                             block_size, batch=batch, new_tokens=new_tokens, entries=check)
     table = _ints(block_table, "block_table", stream)
     seqlens = _ints(cache_seqlens, "cache_seqlens", stream)
+    queued = check and queue and not on_host
     if not on_host:
         _paged.check_tables(table, seqlens, n_blocks, block_size, batch=batch,
-                            new_tokens=new_tokens, stream=stream, entries=check)
-    return table, seqlens
+                            new_tokens=new_tokens, stream=stream, entries=check and not queue)
+    if queued and batch:
+        _table_check.launch(table, seqlens, n_blocks, block_size, new_tokens, stream)
+    return table, seqlens, queued and batch > 0
 
 
 def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=False,
@@ -157,22 +164,27 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=F
     multiple of Hkv (GQA: each K/V head is read once for its group).  The keys are split
     over ``num_splits`` ranges (default: chosen from B·Hkv and the device) merged with
     the (m, ℓ, O) combiner.  Returns O (B, Hq, Sq, Dv) [and LSE (B, Hq, Sq) float32].
-    A block id outside the cache or a length beyond the table is a ``ValueError``
-    (checked by a small kernel for device tables: the call then waits for it).
-    ``check=False`` skips that check — for a serving loop whose tables are known good, so
-    that the call never waits on the device; the kernel still reads nothing outside the
-    cache or the table row, but a bad entry then gives a wrong result, not an error.
+    A block id outside the cache or a length beyond the table is a ``ValueError`` (device
+    tables: a small kernel checks them just before the attention kernel, which reads
+    nothing outside the cache or the table row whatever they hold, and the call waits for
+    both).  ``check=False`` skips that check — for a serving loop whose tables are known
+    good, so that the call never waits on the device; a bad entry then gives a wrong
+    result, not an error.
     """
     stream = kinds.as_stream(stream)
     check = _check_flag(check, "check")
     arrays = (q, k_cache, v_cache, block_table, cache_seqlens, None)  # None: no out=
-    plan_key = plans.key(("paged_attention", causal, window, scale, return_lse, num_splits),
-                         arrays, stream)
+    plan_key = plans.key(("paged_attention", causal, window, scale, return_lse, num_splits,
+                          check), arrays, stream)
     plan = plans.find(plan_key)
     if plan is not None:  # a repeat call: its layouts were checked when it was recorded
-        if check:  # the tables' contents were not: they are new data
-            _tables(block_table, cache_seqlens, *k_cache.shape[:2], q.shape[0], stream)
-        return plan(arrays, stream)
+        if not check:
+            return plan(arrays, stream)
+        with _table_check.LOCK:  # the plan queues the tables' check, then the attention
+            result = plan(arrays, stream)
+            found = _table_check.read(stream)  # the tables' contents are new data
+        _paged.refuse(found, block_table.shape, *k_cache.shape[:2])
+        return result
     ds = _describe_all({"q": q, "k_cache": k_cache, "v_cache": v_cache}, DTYPES)
     if not ds["q"].dtype == ds["k_cache"].dtype == ds["v_cache"].dtype:
         raise TypeError("q, k_cache and v_cache must have one dtype")
@@ -184,19 +196,23 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=F
     d_v = ds["v_cache"].shape[3]
     scale = _check_scale(scale, d)
     kind, dtype = ds["q"].kind, ds["q"].dtype
-    if b and hq and sq:  # the tables, checked (outside the recording: the check waits)
-        table, seqlens = _tables(block_table, cache_seqlens, n_blocks, block_size, b, stream,
-                                 check=check)
-    with plans.Recorder(plan_key, arrays, stream) as rec:
+    with _table_check.LOCK, plans.Recorder(plan_key, arrays, stream) as rec:
         o_buf, o4 = heads.output(kind, (b, hq, sq, d_v), dtype, q, 2, stream)
         lse_bufs, lse3 = lse_output(kind, (b, hq, sq), q, return_lse, stream)
-        if b and hq and sq:
+        queued = False
+        if b and hq and sq:  # the tables: checked, or their check queued before the kernel
+            table, seqlens, queued = _tables(block_table, cache_seqlens, n_blocks,
+                                             block_size, b, stream, check=check, queue=True)
             q4 = heads.view(ds["q"], 2, stream)
             kc, vc = _cache_views([("k_cache", ds["k_cache"]), ("v_cache", ds["v_cache"])], stream)
             _paged.launch(q4, kc, vc, table, seqlens, o4, lse3, causal=causal, window=window,
                           scale=scale, num_splits=splits, stream=stream,
                           small=plans.simulator_enabled())
-        return rec.done(_OAndLse(kind, dtype), o_buf, *lse_bufs)
+        result = rec.done(_OAndLse(kind, dtype), o_buf, *lse_bufs)
+        found = _table_check.read(stream) if queued else None
+    if found is not None:
+        _paged.refuse(found, tuple(block_table.shape), n_blocks, block_size)
+    return result
 
 
 def append_kv(k_new, v_new, k_cache, v_cache, block_table, cache_seqlens, *, stream=None):
@@ -213,7 +229,7 @@ def append_kv(k_new, v_new, k_cache, v_cache, block_table, cache_seqlens, *, str
         raise TypeError("append_kv writes the caches in place: pass CUDA arrays, not NumPy")
     dev = _cache_views([(n, ds[n]) for n in names], stream)
     n_blocks, block_size = ds["k_cache"].shape[:2]
-    table, seqlens = _tables(block_table, cache_seqlens, n_blocks, block_size,
-                             ds["k_new"].shape[0], stream, new_tokens=ds["k_new"].shape[1])
+    table, seqlens, _ = _tables(block_table, cache_seqlens, n_blocks, block_size,
+                                ds["k_new"].shape[0], stream, new_tokens=ds["k_new"].shape[1])
     _append.launch(*dev, table, seqlens, stream=stream, small=plans.simulator_enabled())
     return k_cache, v_cache

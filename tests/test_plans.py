@@ -106,6 +106,15 @@ def test_paged_plan_still_checks_each_new_table(kind):
         ns.paged_attention(q, kc, vc, make(kind, bad), lens)
     o = ns.paged_attention(q, kc, vc, make(kind, bad), lens, check=False)
     assert np.isfinite(to_host(o)).all()
+    for seed in (1, 2):  # the check's findings are read anew: a good table passes again
+        q, kc, vc, table, lens = paged_data(seed)
+        o = ns.paged_attention(*(make(kind, a) for a in (q, kc, vc, table, lens)))
+        want = ns.reference.paged_attention(*(a.astype(np.float64) for a in (q, kc, vc)),
+                                            table, lens)
+        np.testing.assert_allclose(to_host(o), want, rtol=2e-5, atol=2e-6)
+    long = np.array([9, 13], np.int32)  # beyond the table row: the lengths' finding
+    with pytest.raises(ValueError, match="sequence 1 needs 13 positions"):
+        ns.paged_attention(q, kc, vc, make(kind, table), make(kind, long))
 
 
 @pytest.mark.parametrize("kind", KINDS)

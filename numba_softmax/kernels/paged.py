@@ -64,15 +64,21 @@ def check_tables(block_table, cache_seqlens, num_blocks, block_size, *, batch=No
         raise ValueError(f"the cache needs blocks: num_blocks={num_blocks}, block_size={block_size}")
     if shape[0] == 0 or not entries:
         return
-    b, length, f, blk = table_check.findings(block_table, cache_seqlens, num_blocks,
-                                             block_size, new_tokens, stream)
-    width, capacity = shape[1], shape[1] * block_size
-    if b < shape[0] and f // max(width, 1) >= b:  # a bad length comes before any bad entry
+    refuse(table_check.findings(block_table, cache_seqlens, num_blocks, block_size,
+                                new_tokens, stream), shape, num_blocks, block_size, new_tokens)
+
+
+def refuse(found, table_shape, num_blocks, block_size, new_tokens=0):
+    """The ``ValueError`` for a table check's findings (:mod:`.table_check`), if any."""
+    b, length, f, blk = found
+    rows, width = table_shape
+    capacity = width * block_size
+    if b < rows and f // max(width, 1) >= b:  # a bad length comes before any bad entry
         if length < 0:
             raise ValueError(f"cache_seqlens[{b}] = {length} is negative")
         raise ValueError(f"sequence {b} needs {length + new_tokens} positions; its table row "
                          f"holds {width} blocks of {block_size} = {capacity}")
-    if f < shape[0] * width:
+    if f < rows * width:
         raise ValueError(f"block_table[{f // width}, {f % width}] = {blk} is not a block of "
                          f"the cache (0 … {num_blocks - 1})")
 

@@ -13,8 +13,10 @@ Copying a device table to the host to look at it costs a synchronous copy of the
 table and a Python loop over its rows, for every call of a decode that itself takes tens
 of µs.  Here the check is one small kernel on the caller's stream — one block strides over the lengths and
 then over the table's entries, each finding lowers a shared minimum (the first bad
-sequence, the first bad entry in C order) — and the host reads back four numbers.  NumPy
-tables are checked with NumPy.  Either way the finding becomes a ``ValueError`` that
+sequence, the first bad entry in C order) — and the host reads back four numbers.  A
+paged decode queues its kernel right behind the check and reads the numbers after it
+(:func:`launch`, then :func:`read`): the call waits once, for both.  NumPy tables are
+checked with NumPy.  Either way the finding becomes a ``ValueError`` that
 names the entry.
 """
 
@@ -24,10 +26,17 @@ import threading
 import numpy as np
 from numba import cuda, int64
 
+from .. import _sim
 from . import jit, launcher
 
+try:
+    from cuda.bindings import driver as _cu
+except ImportError:  # pragma: no cover - the copy back then goes through Numba
+    _cu = None
+
 THREADS = 256
-_LOCK = threading.Lock()
+LOCK = threading.Lock()  # launch … read: the numbers' workspace is shared per stream
+_HOST = {}  # (stream handle, device) -> page-locked array of the four numbers
 
 
 @functools.cache
@@ -77,6 +86,40 @@ def _host_findings(table, lengths, num_blocks, block_size, new_tokens):
             int(table.ravel()[f]) if f < n_b * width else 0)
 
 
+def launch(table, lengths, num_blocks, block_size, new_tokens=0, stream=0):
+    """Queue the check of device arrays ``table`` (B, W) and ``lengths`` (B,) on ``stream``
+    (one block); its four numbers land in the stream's workspace for :func:`read`.  Hold
+    :data:`LOCK` from here to the read: the workspace is one per stream."""
+    threads = min(THREADS, launcher.device_limits().max_threads)
+    found = launcher.scratch((4,), np.int64, stream, "table_check")
+    launcher.launch(kernel(), 1, threads, stream,
+                    (table, lengths, np.int64(num_blocks), np.int64(block_size),
+                     np.int64(new_tokens), found))
+
+
+def read(stream=0):
+    """The four numbers of the last check queued on ``stream``: waits for the stream.  On
+    a GPU one asynchronous copy into page-locked memory kept per stream, then a wait for
+    the stream (a few µs; Numba's ``copy_to_host`` makes a new host array each time)."""
+    found = launcher.scratch((4,), np.int64, stream, "table_check")
+    if _sim.simulator_enabled() or _cu is None:
+        host = found.copy_to_host(stream=stream)
+        if stream:
+            stream.synchronize()
+        return tuple(int(v) for v in host)
+    handle = int(stream) if stream else 0
+    slot = (handle, cuda.get_current_device().id)
+    host = _HOST.get(slot)
+    if host is None:
+        host = _HOST[slot] = cuda.pinned_array(4, np.int64)
+    src = found.__cuda_array_interface__["data"][0]
+    for err in (_cu.cuMemcpyDtoHAsync(host.ctypes.data, src, 32, handle)[0],
+                _cu.cuStreamSynchronize(handle)[0]):
+        if err != _cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"reading the block table check back failed: {err!r}")
+    return tuple(int(v) for v in host)
+
+
 def findings(table, lengths, num_blocks, block_size, new_tokens=0, stream=0):
     """(first bad b, its length, first bad flat entry, its id) of int32 arrays ``table``
     (B, W) and ``lengths`` (B,): NumPy arrays checked on the host, device arrays by
@@ -85,13 +128,6 @@ def findings(table, lengths, num_blocks, block_size, new_tokens=0, stream=0):
         return _host_findings(table, lengths, num_blocks, block_size, int(new_tokens))
     if table.shape[0] == 0:
         return 0, 0, 0, 0
-    threads = min(THREADS, launcher.device_limits().max_threads)
-    with _LOCK:  # the four numbers live in a per-stream workspace: one check at a time
-        found = launcher.scratch((4,), np.int64, stream, "table_check")
-        launcher.launch(kernel(), 1, threads, stream,
-                        (table, lengths, np.int64(num_blocks), np.int64(block_size),
-                         np.int64(new_tokens), found))
-        host = found.copy_to_host(stream=stream)
-        if stream:
-            stream.synchronize()
-    return tuple(int(v) for v in host)
+    with LOCK:  # the four numbers live in a per-stream workspace: one check at a time
+        launch(table, lengths, num_blocks, block_size, new_tokens, stream)
+        return read(stream)
