@@ -168,10 +168,9 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
     """
     stream = kinds.as_stream(stream)
     options = (causal, window, scale, return_lse, num_splits)
-    plan_key = plans.key(("attention",) + options, (q, k, v, out), stream)
-    plan = plans.find(plan_key)
+    plan_key, plan, ptrs = plans.lookup(("attention",) + options, (q, k, v, out), stream)
     if plan is not None:
-        return plan((q, k, v, out), stream)
+        return plan((q, k, v, out), stream, ptrs)
 
     dq, dk, dv = _check_qkv(q, k, v)
     causal = _check_flag(causal, "causal")
@@ -284,10 +283,10 @@ def merge_attention(o_a, lse_a, o_b, lse_b, *, stream=None):
     ``o_a``, lse float32, the same kind as the inputs.
     """
     stream = kinds.as_stream(stream)
-    plan_key = plans.key(("merge_attention",), (o_a, lse_a, o_b, lse_b, None), stream)
-    plan = plans.find(plan_key)
+    plan_key, plan, ptrs = plans.lookup(("merge_attention",), (o_a, lse_a, o_b, lse_b, None),
+                                        stream)
     if plan is not None:
-        return plan((o_a, lse_a, o_b, lse_b, None), stream)
+        return plan((o_a, lse_a, o_b, lse_b, None), stream, ptrs)
     ds = _describe_all({"o_a": o_a, "lse_a": lse_a, "o_b": o_b, "lse_b": lse_b},
                        {"o_a": DTYPES, "o_b": DTYPES, "lse_a": LSE_DTYPES, "lse_b": LSE_DTYPES})
     da, db = ds["o_a"], ds["o_b"]

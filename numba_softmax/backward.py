@@ -25,10 +25,9 @@ __all__ = ["softmax_backward", "log_softmax_backward", "attention_backward"]
 
 def _rows_backward(mode, dy, y, axis, out, stream):
     stream = kinds.as_stream(stream)
-    plan_key = plans.key(("rows_backward", mode, axis), (dy, y, out), stream)
-    plan = plans.find(plan_key)
+    plan_key, plan, ptrs = plans.lookup(("rows_backward", mode, axis), (dy, y, out), stream)
     if plan is not None:
-        return plan((dy, y, out), stream)
+        return plan((dy, y, out), stream, ptrs)
     g_rows, y_rows = Rows(dy, axis, "dy"), Rows(y, axis, "y")
     if y_rows.kind != g_rows.kind:
         raise TypeError(f"dy and y must be the same kind of array, got {g_rows.kind} and {y_rows.kind}")
@@ -153,11 +152,10 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), sc
     to run.
     """
     stream = kinds.as_stream(stream)
-    plan_key = plans.key(("attention_backward", causal, window, scale), (do, q, k, v, o, lse, None),
-                         stream)
-    plan = plans.find(plan_key)
+    plan_key, plan, ptrs = plans.lookup(("attention_backward", causal, window, scale),
+                                        (do, q, k, v, o, lse, None), stream)
     if plan is not None:
-        return plan((do, q, k, v, o, lse, None), stream)
+        return plan((do, q, k, v, o, lse, None), stream, ptrs)
     ds = _check_attention(do, q, k, v, o, lse)
     causal = bool(causal) if isinstance(causal, bool) else _bad_flag(causal)
     window = _check_window(window)

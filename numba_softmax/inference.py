@@ -174,14 +174,13 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=F
     stream = kinds.as_stream(stream)
     check = _check_flag(check, "check")
     arrays = (q, k_cache, v_cache, block_table, cache_seqlens, None)  # None: no out=
-    plan_key = plans.key(("paged_attention", causal, window, scale, return_lse, num_splits,
-                          check), arrays, stream)
-    plan = plans.find(plan_key)
+    plan_key, plan, ptrs = plans.lookup(("paged_attention", causal, window, scale, return_lse,
+                                         num_splits, check), arrays, stream)
     if plan is not None:  # a repeat call: its layouts were checked when it was recorded
         if not check:
-            return plan(arrays, stream)
+            return plan(arrays, stream, ptrs)
         with _table_check.LOCK:  # the plan queues the tables' check, then the attention
-            result = plan(arrays, stream)
+            result = plan(arrays, stream, ptrs)
             found = _table_check.read(stream)  # the tables' contents are new data
         _paged.refuse(found, block_table.shape, *k_cache.shape[:2])
         return result

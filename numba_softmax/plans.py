@@ -12,7 +12,7 @@ work.  So every public entry point asks this module first:
    inputs (they pay their copies anyway) and on the simulator.
 2. :func:`find` — a dictionary look-up.  A hit replays: allocate the outputs afresh, take
    the arrays' data pointers, patch them into the recorded argument lists, and launch each
-   recorded kernel (:mod:`.kernels.replay`: one ctypes call into the driver) — no typing,
+   recorded kernel (:mod:`.kernels.replay`: one call into the driver) — no typing,
    no wrapping.
 3. On a miss the call takes the ordinary path inside :class:`Recorder`, which notes every
    launch (:mod:`numba_softmax.kernels.launcher`) and allocation (:mod:`.arrays.record`)
@@ -26,7 +26,6 @@ plans are switched off with a warning if they differ.  Plans hold layouts, kerne
 workspaces, never the caller's arrays; the cache is bounded and thread-safe.
 """
 
-import ctypes
 import threading
 import warnings
 
@@ -40,22 +39,6 @@ MAX_PLANS = 512
 _PLANS = {}
 _LOCK = threading.Lock()
 _state = {"enabled": True, "checked": False}
-
-_context = threading.local()
-
-
-def _current_context():
-    """The driver's current CUDA context of this thread (an int handle)."""
-    get = getattr(_context, "get", None)
-    if get is None:
-        lib = ctypes.CDLL("libcuda.so.1")
-        ptr = ctypes.c_void_p()
-        f = lib.cuCtxGetCurrent
-        f.argtypes, f.restype = [ctypes.POINTER(ctypes.c_void_p)], ctypes.c_int
-        ref = ctypes.pointer(ptr)
-        get = _context.get = lambda: (f(ref), ptr.value)[1]
-    return get()
-
 
 def enabled():
     """Whether calls may replay plans: a real GPU, a replay mechanism, not switched off."""
@@ -74,34 +57,45 @@ def disable(why):
         _PLANS.clear()
 
 
-def key(tag, arrays, stream):
-    """The plan key of a call, or None when the call must take the ordinary path."""
+def lookup(tag, arrays, stream):
+    """(key, plan, pointers) of a call: its plan key (None when the call must take the
+    ordinary path), the plan recorded under it (or None), and the arrays' data pointers,
+    read in the same pass as their layouts (a replay patches them in)."""
     if not enabled():
-        return None
+        return None, None, None
     parts = [tag, kinds.stream_key(stream)]
+    ptrs = []
     for a in arrays:
         if a is None:
             parts.append(None)
+            ptrs.append(0)
             continue
-        k = kinds.layout_key(a)
+        k, ptr = kinds.facts(a)
         if k is None:
-            return None
+            return None, None, None
         parts.append(k)
+        ptrs.append(ptr)
     if len(arrays) > 1 and arrays[-1] is not None:  # out=: how it overlaps each input
-        parts.append(_overlaps(arrays, parts[2:]))
-    context = _current_context()
+        parts.append(_overlaps(arrays, parts[2:], ptrs))
+    context = replay.current_context()
     if not context:  # a thread Numba has not yet made a context current on: the
-        return None  # ordinary path does (a replay there would launch into no context)
+        return None, None, None  # ordinary path does (a replay there would launch into no context)
     parts.append(context)
-    return tuple(parts)
+    plan_key = tuple(parts)
+    return plan_key, find(plan_key), ptrs
+
+
+def key(tag, arrays, stream):
+    """The plan key of a call, or None when the call must take the ordinary path."""
+    return lookup(tag, arrays, stream)[0]
 
 
 _EXTENTS = {}  # layout key -> [first, last] byte touched, relative to the data pointer
 
 
-def _extent(a, layout):
-    """[first, last] byte address ``a`` touches (its layout's offsets computed once)."""
-    ptr = kinds.pointer(a)
+def _extent(a, layout, ptr):
+    """[first, last] byte address ``a`` (data at ``ptr``) touches (its layout's offsets
+    computed once)."""
     span = _EXTENTS.get(layout)
     if span is None:
         lo, hi = kinds.describe(a).extent()
@@ -111,16 +105,16 @@ def _extent(a, layout):
     return ptr, ptr + span[0], ptr + span[1]
 
 
-def _overlaps(arrays, layouts):
+def _overlaps(arrays, layouts, ptrs):
     """For each input: 0 disjoint from ``out`` (the last array), 1 the very same array
     (in place), 2 overlapping otherwise — the path a call takes depends on it."""
-    o_ptr, o_lo, o_hi = _extent(arrays[-1], layouts[-1])
+    o_ptr, o_lo, o_hi = _extent(arrays[-1], layouts[-1], ptrs[-1])
     classes = []
-    for a, layout in zip(arrays[:-1], layouts):
+    for a, layout, a_ptr in zip(arrays[:-1], layouts, ptrs):
         if a is None:
             classes.append(0)
             continue
-        ptr, lo, hi = _extent(a, layout)
+        ptr, lo, hi = _extent(a, layout, a_ptr)
         if hi < o_lo or o_hi < lo:
             classes.append(0)
         else:
@@ -148,12 +142,14 @@ class Plan:
                          for ln, sources in launches]
         self.keep = keep  # workspaces the launches point to stay alive with the plan
 
-    def __call__(self, arrays, stream):
+    def __call__(self, arrays, stream, ptrs=None):
+        """Replay on ``arrays`` (their data pointers ``ptrs``, from :func:`lookup`)."""
+        if ptrs is None:
+            ptrs = [0 if a is None else kinds.pointer(a) for a in arrays]
         allocs = [make(stream, arrays) for make in self.makers]
         handle = int(stream) if stream else 0
-        pointer = kinds.pointer
         for fire, sources in self.launches:
-            fire(handle, [(pointer(arrays[j]) if is_input else allocs[j][1]) + delta
+            fire(handle, [(ptrs[j] if is_input else allocs[j][1]) + delta
                           for is_input, j, delta in sources])
         out = arrays[-1] if len(arrays) > 1 else None
         return self.result(*[allocs[i][0] for i in self.result_at], out=out, stream=stream)

@@ -17,10 +17,9 @@ METHODS = methods.METHODS
 
 def _reduce(mode_name, x, axis, method, out, stream):
     stream = kinds.as_stream(stream)
-    plan_key = plans.key(("reduce", mode_name, method, axis), (x, out), stream)
-    plan = plans.find(plan_key)
+    plan_key, plan, ptrs = plans.lookup(("reduce", mode_name, method, axis), (x, out), stream)
     if plan is not None:  # a repeat call: replay its recorded launches
-        return plan((x, out), stream)
+        return plan((x, out), stream, ptrs)
 
     if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}; got {method!r}")

@@ -69,10 +69,10 @@ def softmax_topk(x, k, axis=-1, *, temperature=1.0, log=False, stream=None):
     stream: as for :func:`numba_softmax.softmax`.
     """
     stream = kinds.as_stream(stream)
-    plan_key = plans.key(("softmax_topk", k, axis, temperature, log), (x, None), stream)
-    plan = plans.find(plan_key)
+    plan_key, plan, ptrs = plans.lookup(("softmax_topk", k, axis, temperature, log), (x, None),
+                                        stream)
     if plan is not None:
-        return plan((x, None), stream)
+        return plan((x, None), stream, ptrs)
     temperature = _temperature(temperature)
     if not isinstance(log, (bool, np.bool_)):
         raise TypeError(f"log must be a bool, got {type(log).__name__}")
@@ -118,10 +118,10 @@ def sample(logits, *, top_k=None, top_p=1.0, temperature=1.0, seed=0, axis=-1, s
     finite, > 0.  seed: any integer (taken mod 2**64).
     """
     stream = kinds.as_stream(stream)
-    plan_key = plans.key(("sample", top_k, top_p, temperature, seed, axis), (logits, None), stream)
-    plan = plans.find(plan_key)
+    plan_key, plan, ptrs = plans.lookup(("sample", top_k, top_p, temperature, seed, axis),
+                                        (logits, None), stream)
     if plan is not None:
-        return plan((logits, None), stream)
+        return plan((logits, None), stream, ptrs)
     temperature = _temperature(temperature)
     top_p = _real(top_p, "top_p")
     if not 0 < top_p <= 1:

@@ -393,29 +393,56 @@ def layout_key(x):
     """A hashable summary of a CUDA array's layout (library, dtype, shape, strides,
     device, 16-byte alignment) — the part of a plan key an array contributes; None for
     NumPy arrays (no plan) and anything unsupported.  Cheap: plain attribute reads."""
-    mod = type(x).__module__
-    if mod.startswith("torch"):
-        return ("torch", x.dtype, x.shape, x.stride(), x.device, x.data_ptr() & 15)
-    if mod.startswith("cupy"):
-        return ("cupy", x.dtype, x.shape, x.strides, x.device.id, x.data.ptr & 15)
-    if _is_numba(x):
-        return _numba_facts(x)[0]
-    desc = getattr(x, "__cuda_array_interface__", None)
-    if desc is None or isinstance(x, np.ndarray):
-        return None
-    return ("numba", desc["typestr"], desc["shape"], _byte_strides(x, desc), desc["data"][0] & 15)
+    return facts(x)[0]
 
 
 def pointer(x):
     """The data pointer of a CUDA array (plan replay)."""
+    return facts(x)[1]
+
+
+def facts(x):
+    """(:func:`layout_key`, :func:`pointer`) of ``x`` in one pass — what a plan hit needs
+    of each array — read by a function chosen once per Python type."""
+    read = _FACTS.get(type(x))
+    if read is None:
+        read = _FACTS.setdefault(type(x), _reader(x))
+    return read(x)
+
+
+def _torch_facts(x):
+    ptr = x.data_ptr()
+    return ("torch", x.dtype, x.shape, x.stride(), x.device, ptr & 15), ptr
+
+
+def _cupy_facts(x):
+    ptr = x.data.ptr
+    return ("cupy", x.dtype, x.shape, x.strides, x.device.id, ptr & 15), ptr
+
+
+def _interface_facts(x):
+    desc = getattr(x, "__cuda_array_interface__", None)
+    if desc is None:
+        return None, None
+    ptr = desc["data"][0]
+    return ("numba", desc["typestr"], desc["shape"], _byte_strides(x, desc), ptr & 15), ptr
+
+
+def _reader(x):
+    """The facts reader for ``type(x)``."""
     mod = type(x).__module__
     if mod.startswith("torch"):
-        return x.data_ptr()
+        return _torch_facts
     if mod.startswith("cupy"):
-        return x.data.ptr
+        return _cupy_facts
     if _is_numba(x):
-        return _numba_facts(x)[1]
-    return x.__cuda_array_interface__["data"][0]
+        return _numba_facts
+    if isinstance(x, np.ndarray):
+        return lambda _: (None, None)
+    return _interface_facts
+
+
+_FACTS = {}  # Python type -> its facts reader
 
 
 def to_numpy(x):

@@ -27,7 +27,7 @@ import numpy as np
 from numba import cuda, int64
 
 from .. import _sim
-from . import jit, launcher
+from . import jit, launcher, replay
 
 try:
     from cuda.bindings import driver as _cu
@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - the copy back then goes through Numba
 
 THREADS = 256
 LOCK = threading.Lock()  # launch … read: the numbers' workspace is shared per stream
-_HOST = {}  # (stream handle, device) -> page-locked array of the four numbers
+_HOST = {}  # (stream handle, context) -> (page-locked array, its address, the device's)
 
 
 @functools.cache
@@ -99,25 +99,26 @@ def launch(table, lengths, num_blocks, block_size, new_tokens=0, stream=0):
 
 def read(stream=0):
     """The four numbers of the last check queued on ``stream``: waits for the stream.  On
-    a GPU one asynchronous copy into page-locked memory kept per stream, then a wait for
-    the stream (a few µs; Numba's ``copy_to_host`` makes a new host array each time)."""
-    found = launcher.scratch((4,), np.int64, stream, "table_check")
+    a GPU one asynchronous copy into page-locked memory kept per (stream, context), then a
+    wait for the stream — a few µs, where Numba's ``copy_to_host`` into a new array and
+    its device look-ups cost ~100."""
     if _sim.simulator_enabled() or _cu is None:
-        host = found.copy_to_host(stream=stream)
+        host = launcher.scratch((4,), np.int64, stream, "table_check").copy_to_host(stream=stream)
         if stream:
             stream.synchronize()
         return tuple(int(v) for v in host)
     handle = int(stream) if stream else 0
-    slot = (handle, cuda.get_current_device().id)
-    host = _HOST.get(slot)
-    if host is None:
-        host = _HOST[slot] = cuda.pinned_array(4, np.int64)
-    src = found.__cuda_array_interface__["data"][0]
-    for err in (_cu.cuMemcpyDtoHAsync(host.ctypes.data, src, 32, handle)[0],
-                _cu.cuStreamSynchronize(handle)[0]):
+    slot = (handle, replay.current_context())
+    copy = _HOST.get(slot)
+    if copy is None:  # (the workspace of four int64 never grows: its address stays)
+        host = cuda.pinned_array(4, np.int64)
+        found = launcher.scratch((4,), np.int64, stream, "table_check")
+        copy = _HOST[slot] = (host, host.ctypes.data, found.__cuda_array_interface__["data"][0])
+    host, dst, src = copy
+    for err in (_cu.cuMemcpyDtoHAsync(dst, src, 32, handle)[0], _cu.cuStreamSynchronize(handle)[0]):
         if err != _cu.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"reading the block table check back failed: {err!r}")
-    return tuple(int(v) for v in host)
+    return tuple(host.tolist())
 
 
 def findings(table, lengths, num_blocks, block_size, new_tokens=0, stream=0):

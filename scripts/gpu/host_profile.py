@@ -97,7 +97,7 @@ def main():
         ("kinds.as_stream(None)", lambda: kinds.as_stream(None)),
         ("plans.key", lambda: plans.key(("reduce", "softmax", "auto", -1), (tx, None), stream)),
         ("kinds.layout_key(torch)", lambda: kinds.layout_key(tx)),
-        ("plans._current_context", plans._current_context),
+        ("replay.current_context", replay.current_context),
         ("plans.find", lambda: plans.find(key)),
         ("kinds.pointer(torch)", lambda: kinds.pointer(tx)),
         ("allocator(torch recipe)", lambda: plan.makers[0](stream, (tx, None))),

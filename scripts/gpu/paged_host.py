@@ -42,12 +42,14 @@ def main():
     lens = torch.full((1,), ctx, dtype=torch.int32, device="cuda")
     want = ns.attention(q, kc.permute(2, 0, 1, 3).reshape(1, heads, ctx, d),
                         kc.permute(2, 0, 1, 3).reshape(1, heads, ctx, d), num_splits=1)
+    o, lse = ns.attention(q, kv, kv, return_lse=True)
     rows = [("torch.softmax(x) [base]", lambda: torch.softmax(x, -1)),
+            ("merge_attention", lambda: ns.merge_attention(o, lse, o, lse)),
             ("decode num_splits=4", lambda: ns.attention(q, kv, kv, num_splits=4)),
             ("decode default splits", lambda: ns.attention(q, kv, kv)),
             ("paged check=False", lambda: ns.paged_attention(q, kc, kc, table, lens, check=False)),
             ("paged checked", lambda: ns.paged_attention(q, kc, kc, table, lens))]
-    for name, fn in rows[3:]:
+    for name, fn in rows[4:]:
         got = fn()
         err = float((got - want).abs().max())
         print(f"{name}: max |O − one-pass O| = {err:.2e}")
@@ -60,19 +62,18 @@ def main():
     stream = kinds.as_stream(None)
     arrays = (q, kc, kc, table, lens, None)
     tag = ("paged_attention", False, None, None, False, None, False)
-    key = plans.key(tag, arrays, stream)
-    plan = plans.find(key)
+    key, plan, ptrs = plans.lookup(tag, arrays, stream)
     assert plan is not None, "no plan was recorded for the paged call"
     for name, fn in (("kinds.as_stream(None)", lambda: kinds.as_stream(None)),
-                     ("plans.key (5 arrays)", lambda: plans.key(tag, arrays, stream)),
-                     ("kinds.layout_key(torch)", lambda: kinds.layout_key(q)),
+                     ("plans.lookup (5 arrays)", lambda: plans.lookup(tag, arrays, stream)),
+                     ("kinds.facts(torch)", lambda: kinds.facts(q)),
                      ("plans.find", lambda: plans.find(key)),
-                     ("plan(arrays) check=False", lambda: plan(arrays, stream)),
+                     ("plan(arrays) check=False", lambda: plan(arrays, stream, ptrs)),
                      ("table_check.read (stream idle)", lambda: table_check.read(stream))):
         print(f"{name:34s} {bare_us(fn, n):8.2f}")
     cuda.synchronize()
 
-    for name, fn in rows[3:]:
+    for name, fn in rows[1:2] + rows[4:]:
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(n):
