@@ -218,18 +218,22 @@ def test_special_values_across_boundaries_in_strided_views(method, dtype):
 
 
 # --- the group's exchange ----------------------------------------------------------------
-def test_group_of_three_blocks_with_rows_in_turn():
+@pytest.mark.parametrize("staged", [True, False])
+def test_group_of_three_blocks_with_rows_in_turn(staged):
     """Three blocks per row, a single group taking three rows in turn (the alternating
-    workspace slots), every block holding one chunk and streaming a spilled share."""
+    workspace slots), every block holding one chunk — by cp.async (``staged``) or from
+    registers — and streaming a spilled share."""
     chunk = T * 4
     rows, n = 3, 4 * chunk + 4  # 3 chunks held; blocks 0 and 1 stream one more each
-    shared = (chunk + 2 * T) * 4
+    shared = (chunk + 4 * T) * 4  # a chunk and the padding of each thread's stretch
     x = (np.random.default_rng().standard_normal((rows, n)) * 3).astype(np.float32)
     d = cuda.to_device(x)
-    plan = group.configure(d, d, MODES["softmax"], threads=T, vpt=4, blocks=3, shared=shared)
+    config = dict(threads=T, vpt=4, blocks=3, shared=shared, staged=staged)
+    plan = group.configure(d, d, MODES["softmax"], **config)
     assert (plan.size, plan.groups, plan.piece, plan.spill) == (3, 1, chunk, chunk)
-    check(run("group", "softmax", x, "float32", threads=T, vpt=4, blocks=3, shared=shared),
-          x.astype(np.float64), "softmax", "float32")
+    assert plan.stride % 4 == 0 if staged else plan.stride % 2 == 1
+    check(run("group", "softmax", x, "float32", **config), x.astype(np.float64), "softmax",
+          "float32")
 
 
 def test_split_row_arithmetic():

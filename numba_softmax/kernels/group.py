@@ -45,14 +45,15 @@ from .sync import group_barrier
 
 THREADS = 512  # threads per block
 BLOCKS_PER_SM = 2  # ptxas keeps the kernel to 64 registers a thread for this
+STAGED = True  # park the piece by cp.async (16-byte vectors): all of it in flight at once
 
 
 @functools.cache
-def kernel(dtype, vpt, mode, width, threads, spills=True):
+def kernel(dtype, vpt, mode, width, threads, spills=True, staged=False):
     acc = jit.accumulator(dtype)
     fold = stream_state(dtype, vpt, width)
     write = normalise_range(dtype, vpt, width, mode)
-    keep = onchip.keeper(dtype, vpt, width)
+    keep = onchip.keeper(dtype, vpt, width, staged)
     write_held = onchip.writer(dtype, vpt, width, mode)
     fold_posted = split.posted_folder(dtype)
     store = jit.storer(dtype)
@@ -74,7 +75,8 @@ def kernel(dtype, vpt, mode, width, threads, spills=True):
         s1 = min(s0 + spill, n)
         it, row = 0, g
         while row < x.shape[0]:
-            # 1. read: the piece kept on chip, then the spilled share streamed
+            # 1. read: the piece kept on chip (by cp.async when staged: all of it in
+            # flight at once), then the spilled share streamed
             if mode == LOGSUMEXP:
                 m, l = fold(x, row, h0, h1, t, T)  # nothing to keep for one number
             else:
@@ -158,26 +160,30 @@ def counters(size, groups, stream):
                               zeroed=True)
 
 
-def configure(x, y, mode, threads=None, vpt=None, shared=None, blocks=None, stream=0):
+def configure(x, y, mode, threads=None, vpt=None, shared=None, blocks=None, stream=0,
+              staged=None):
     """The launch: blocks of ``THREADS`` (fewer if the compiled kernel cannot launch that
     many, or ``threads`` asks for fewer), ``BLOCKS_PER_SM`` on each multiprocessor, each
     with its share of the shared memory (``shared`` caps it: the tests shrink it);
     ``blocks`` caps how many run at once (default: as many as the device holds,
-    :func:`.launcher.max_cooperative_blocks`)."""
+    :func:`.launcher.max_cooperative_blocks`).  ``staged`` (default ``STAGED``): the
+    piece goes to shared memory by ``cp.async`` where rows are in 16-byte vectors."""
     rows, n = x.shape
     width = vector.vector_width(x) if mode == LOGSUMEXP else vector.vector_width(x, y)
     vpt = max(vpt or VECTORS * vector.width_for(x.dtype), width)
+    staged = (STAGED if staged is None else staged) and onchip.staged_for(x.dtype, width)
     m_ws, l_ws = split.workspace(1, 1, split.workspace_dtype(x.dtype), stream)
     args = (x, y, 1, 1, 1, 1, m_ws, l_ws, counters(1, 1, stream))  # typed as at launch
-    k, threads = onchip.fit_threads(lambda t: kernel(x.dtype, vpt, mode, width, t), x, y,
+    k, threads = onchip.fit_threads(lambda t: kernel(x.dtype, vpt, mode, width, t,
+                                                     staged=staged), x, y,
                                     threads or THREADS, args)
     itemsize = x.dtype.itemsize
     unit = threads * width  # a vector for every thread
-    capacity, resident = _capacity(k, args, threads, itemsize, unit, shared, blocks)
+    capacity, resident = _capacity(k, args, threads, itemsize, unit, shared, blocks, staged)
     size, groups, piece, spill = split_row(rows, n, unit, capacity, resident)
     if not spill:  # the row fits on chip: the kernel without the streaming code
-        k = kernel(x.dtype, vpt, mode, width, threads, spills=False)
-    stride = onchip.stride_for(piece, threads, width)
+        k = kernel(x.dtype, vpt, mode, width, threads, spills=False, staged=staged)
+    stride = onchip.stride_for(piece, threads, width, staged)
     need = 0 if mode == LOGSUMEXP else threads * stride * itemsize
     return Plan(k, size, groups, threads, piece, spill, stride, need)
 
@@ -188,12 +194,13 @@ def held_per_row(rows, n, itemsize, limits):
     multiprocessor): the traffic model's arithmetic, no kernel needed."""
     unit = THREADS * (16 // itemsize)
     cap = (min(limits.shared_optin, limits.shared_per_sm // BLOCKS_PER_SM) - onchip.STATIC_SHARED)
-    values = (cap // itemsize - 2 * THREADS) // unit * unit
+    pad = (16 // itemsize if STAGED else 2) * THREADS  # per thread: a vector, or 2 values
+    values = (cap // itemsize - pad) // unit * unit
     size, _, piece, _ = split_row(rows, n, unit, values, BLOCKS_PER_SM * limits.sms)
     return min(n, size * piece)
 
 
-def _capacity(k, args, threads, itemsize, unit, shared, blocks):
+def _capacity(k, args, threads, itemsize, unit, shared, blocks, staged=False):
     """(values a block may park, blocks resident at once): with ``BLOCKS_PER_SM`` blocks
     sharing each multiprocessor's shared memory (or, if that many do not fit, one)."""
     limits = launcher.device_limits()
@@ -201,10 +208,11 @@ def _capacity(k, args, threads, itemsize, unit, shared, blocks):
         cap = min(limits.shared_optin, limits.shared_per_sm // per_sm) - onchip.STATIC_SHARED
         if shared is not None:
             cap = min(cap, shared)
-        values = (cap // itemsize - 2 * threads) // unit * unit  # less the padding
+        pad = (unit // threads if staged else 2) * threads  # a thread's stretch is padded
+        values = (cap // itemsize - pad) // unit * unit
         if values < unit:
             continue
-        stride = onchip.stride_for(values, threads, unit // threads)
+        stride = onchip.stride_for(values, threads, unit // threads, staged)
         resident = launcher.max_cooperative_blocks(k, args, threads, threads * stride * itemsize)
         if blocks is not None:
             resident = min(resident, blocks)
@@ -213,9 +221,10 @@ def _capacity(k, args, threads, itemsize, unit, shared, blocks):
     raise ValueError(f"{k.__name__}: no block of {threads} threads fits on this device")
 
 
-def launch(x, y, mode, threads=None, vpt=None, shared=None, blocks=None, stream=0):
+def launch(x, y, mode, threads=None, vpt=None, shared=None, blocks=None, stream=0,
+           staged=None):
     """Run on (rows, n) device arrays; ``y`` is (rows, n), or (rows, 1) for logsumexp."""
-    plan = configure(x, y, mode, threads, vpt, shared, blocks, stream)
+    plan = configure(x, y, mode, threads, vpt, shared, blocks, stream, staged)
     m_ws, l_ws = split.workspace(2 * plan.groups, plan.size, split.workspace_dtype(x.dtype), stream)
     args = (x, y, plan.size, plan.piece, plan.spill, plan.stride, m_ws, l_ws,
             counters(plan.size, plan.groups, stream))

@@ -1,0 +1,82 @@
+"""The group kernel's launch choices on long rows (issue 13): run on a GPU; prints only.
+
+    python scripts/gpu/group_sweep.py [--quick]
+
+For float32 rows of 65536 … 16M values (and float16 at 262144): a device-to-device copy
+of the same bytes (torch ``copy_``), ``torch.softmax``, ``online``, and ``group`` with
+each (threads, values a thread loads per chunk, blocks per multiprocessor, the piece
+parked by cp.async or through registers) — kernel time
+behind a sleeping kernel (``_timing.kernel_ms``), inputs rotated past the L2.  GB/s =
+bytes read once + written once; % of the copy's GB/s.  Each variant is checked against
+``torch.softmax`` first.
+"""
+
+import argparse
+import os
+import sys
+
+import torch
+from numba import cuda
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _timing import kernel_ms  # noqa: E402
+
+from numba_softmax.kernels import group, online  # noqa: E402
+from numba_softmax.kernels.epilogue import SOFTMAX  # noqa: E402
+
+SHAPES = [((1024, 65536), torch.float32), ((256, 262144), torch.float32),
+          ((128, 1048576), torch.float32), ((1, 16777216), torch.float32),
+          ((256, 262144), torch.float16)]
+# (threads, vpt, shared cap, staged): None = the defaults; a cap past half an SM's shared
+# memory leaves one block a multiprocessor; staged False: the piece through registers
+VARIANTS = [(None, None, None, None), (None, None, None, False), (512, 16, None, None),
+            (256, None, None, None), (1024, None, None, None), (512, None, 200_000, None)]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true")
+    a = p.parse_args()
+    shapes = SHAPES[1:3] if a.quick else SHAPES
+    print(f"device: {torch.cuda.get_device_name()}")
+    for (rows, n), dt in shapes:
+        nbytes = rows * n * torch.tensor([], dtype=dt).element_size()
+        sets = max(2, -(-3 * 60 * 2**20 // (2 * nbytes)))
+        xs = [torch.randn(rows, n, device="cuda", dtype=dt) for _ in range(sets)]
+        ys = [torch.empty_like(x) for x in xs]
+        nx = [cuda.as_cuda_array(x) for x in xs]
+        ny = [cuda.as_cuda_array(y) for y in ys]
+        want = torch.softmax(xs[0].float(), -1)
+
+        def gbps(ms):
+            return 2 * nbytes / ms / 1e6
+
+        copy = gbps(kernel_ms(lambda i: ys[i].copy_(xs[i]), sets))
+        line = f"{dt} {rows}x{n}: copy {copy:.0f} GB/s"
+        torch_ms = kernel_ms(lambda i: torch.softmax(xs[i], -1), sets)
+        line += f" | torch {gbps(torch_ms):.0f} ({100 * gbps(torch_ms) / copy:.1f} %)"
+        online_ms = kernel_ms(lambda i: online.launch(nx[i], ny[i], SOFTMAX), sets)
+        line += f" | online {gbps(online_ms):.0f} ({100 * gbps(online_ms) / copy:.1f} %)"
+        print(line, flush=True)
+        for threads, vpt, shared, staged in VARIANTS:
+            name = f"group threads={threads} vpt={vpt} shared={shared} staged={staged}"
+            try:
+                ys[0].fill_(float("nan"))
+                group.launch(nx[0], ny[0], SOFTMAX, threads, vpt, shared, staged=staged)
+                err = float((ys[0].float() - want).abs().max())
+                if not err < 1e-3:
+                    print(f"  {name}: WRONG, max error {err:.2e}")
+                    continue
+                plan = group.configure(nx[0], ny[0], SOFTMAX, threads, vpt, shared,
+                                       staged=staged)
+                ms = kernel_ms(lambda i: group.launch(nx[i], ny[i], SOFTMAX, threads, vpt,
+                                                      shared, staged=staged), sets)
+                print(f"  {name}: size {plan.size} groups {plan.groups} threads {plan.threads} "
+                      f"piece {plan.piece} spill {plan.spill}: {ms * 1e3:.1f} µs, "
+                      f"{gbps(ms):.0f} GB/s ({100 * gbps(ms) / copy:.1f} % of copy)", flush=True)
+            except Exception as e:  # noqa: BLE001 - a variant that cannot launch is reported
+                print(f"  {name}: {type(e).__name__}: {e}")
+
+
+if __name__ == "__main__":
+    main()
