@@ -221,19 +221,22 @@ def test_special_values_across_boundaries_in_strided_views(method, dtype):
 @pytest.mark.parametrize("staged", [True, False])
 def test_group_of_three_blocks_with_rows_in_turn(staged):
     """Three blocks per row, a single group taking three rows in turn (the alternating
-    workspace slots), every block holding one chunk — by cp.async (``staged``) or from
-    registers — and streaming a spilled share."""
-    chunk = T * 4
-    rows, n = 3, 4 * chunk + 4  # 3 chunks held; blocks 0 and 1 stream one more each
-    shared = (chunk + 4 * T) * 4  # a chunk and the padding of each thread's stretch
+    workspace slots), every block holding three units — a chunk and a half, parked by
+    cp.async (``staged``) or through registers — and streaming a spilled share."""
+    unit = T * 4
+    rows, n = 3, 12 * unit + 4  # 9 units held; blocks 0 and 1 stream one more each
+    shared = (3 * unit + 2 * T) * 4  # three units and the padding of each thread's stretch
     x = (np.random.default_rng().standard_normal((rows, n)) * 3).astype(np.float32)
     d = cuda.to_device(x)
-    config = dict(threads=T, vpt=4, blocks=3, shared=shared, staged=staged)
+    config = dict(threads=T, vpt=8, blocks=3, shared=shared, staged=staged)
     plan = group.configure(d, d, MODES["softmax"], **config)
-    assert (plan.size, plan.groups, plan.piece, plan.spill) == (3, 1, chunk, chunk)
-    assert plan.stride % 4 == 0 if staged else plan.stride % 2 == 1
+    assert (plan.size, plan.groups, plan.piece, plan.spill) == (3, 1, 3 * unit, 2 * unit)
+    assert plan.shared == (3 * unit * 4 if staged else T * plan.stride * 4)
     check(run("group", "softmax", x, "float32", **config), x.astype(np.float64), "softmax",
           "float32")
+    if staged:  # a row of n not a multiple of 4: the registers' path
+        d = cuda.to_device(np.zeros((rows, n - 1), np.float32))
+        assert group.configure(d, d, MODES["softmax"], **config).stride % 2 == 1
 
 
 def test_split_row_arithmetic():

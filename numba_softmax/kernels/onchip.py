@@ -30,13 +30,10 @@ import functools
 import math
 from typing import NamedTuple
 
-import numpy as np
-
 from numba import cuda
 
 from ..combine import combine_device
 from . import chunk, jit, launcher, vector
-from .mma import cp_async16, cp_async_commit, cp_async_wait_all
 from .epilogue import LOGSUMEXP, row_constant
 from .online import VECTORS, stream_state
 from .reduce import team_combine
@@ -45,19 +42,13 @@ STATIC_SHARED = 1024  # bytes of shared memory a kernel here uses besides the pa
 
 
 @functools.cache
-def keeper(dtype, vpt, width, staged=False):
+def keeper(dtype, vpt, width):
     """Device function ``keep(x, row, start, stop, held, stride, t, team) -> (m, ℓ)``: pass
     1 over x[row, start:stop] that also parks thread t's values in ``held`` (shared
-    memory) at ``held[t·stride + j]``, j = 0, 1, …
-
-    ``staged`` (16-byte vectors, a ``stride`` of whole vectors: :func:`stride_for`):
-    the values go to shared memory by ``cp.async``, every copy of the range in flight at
-    once and no register holding them, and are folded from there — instead of a chunk of
-    VPT values a thread in registers at a time, each chunk waiting for its loads."""
+    memory) at ``held[t·stride + j]``, j = 0, 1, …"""
     acc = jit.accumulator(dtype)
     io = chunk.ops(dtype, vpt, width)
     to_storage = jit.storer(dtype)
-    to_acc = jit.loader(dtype)
     vectors = vpt // width
 
     @jit.device
@@ -77,32 +68,7 @@ def keeper(dtype, vpt, width, staged=False):
             j += vpt
         return m, l
 
-    @jit.device
-    def keep_staged(x, row, start, stop, held, stride, t, team):
-        base, j = start, t * stride
-        while base < stop:  # copy: thread t's vectors → its stretch, all in flight
-            for i in range(vectors):
-                col = base + (t + i * team) * width
-                cp_async16(held, j + i * width, x, row, col, col < stop)
-            base += team * vpt
-            j += vpt
-        cp_async_commit()
-        cp_async_wait_all()  # t's own copies have landed; only t reads them: no barrier
-        v = cuda.local.array(vpt, acc)
-        m, l = acc(-math.inf), acc(0.0)
-        base, j = start, t * stride
-        while base < stop:  # fold them from shared memory, VPT at a time
-            for i in range(vectors):
-                inside = base + (t + i * team) * width < stop
-                for k in range(width):
-                    v[i * width + k] = to_acc(held[j + i * width + k]) if inside else acc(-math.inf)
-            m_chunk, l_chunk = io.state(v)
-            m, l = combine_device(m, l, m_chunk, l_chunk)  # the online step, per chunk
-            base += team * vpt
-            j += vpt
-        return m, l
-
-    return keep_staged if staged else keep
+    return keep
 
 
 @functools.cache
@@ -173,21 +139,11 @@ class Plan(NamedTuple):
     shared: int
 
 
-def stride_for(n, threads, width, staged=False):
+def stride_for(n, threads, width):
     """Values a thread parks for a range of n values, padded to an odd count (the
-    stride between threads' stretches: conflict-free banks) — ``staged``: to an odd
-    count of W-value vectors (16-byte copies land 16-byte aligned, and eight threads'
-    copies fall in eight different 16-byte bank groups)."""
-    vectors = -(-n // (threads * width))
-    if staged:
-        return (vectors + 1 - vectors % 2) * width
-    per_thread = vectors * width
+    stride between threads' stretches: conflict-free banks)."""
+    per_thread = -(-n // (threads * width)) * width
     return per_thread + 1 - per_thread % 2
-
-
-def staged_for(dtype, width):
-    """Whether the parked values can go by ``cp.async``: whole 16-byte vectors."""
-    return width * np.dtype(dtype).itemsize == 16
 
 
 def fit_threads(make, x, y, threads, args):
