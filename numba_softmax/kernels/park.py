@@ -82,17 +82,22 @@ def parker(dtype, vpt, width):
 def writer(dtype, vpt, mode):
     """Device function ``write(y, row, start, stop, held, t, team, m, c)``: y[row,
     start:stop] from the parked values, each by the thread that folded it."""
+    acc = jit.accumulator(dtype)
     to_acc = jit.loader(dtype)
     store = jit.storer(dtype)
 
     @jit.device
     def write(y, row, start, stop, held, t, team, m, c):
+        v = cuda.local.array(vpt, acc)
         n, p = stop - start, t
         while p < n:
-            for i in range(vpt):  # VPT shared loads in flight, then their stores
+            for i in range(vpt):  # all VPT shared loads first: the stores to y (a generic
+                q = p + i * team  # pointer, which might alias held) would order them
+                v[i] = to_acc(held[q]) if q < n else m
+            for i in range(vpt):
                 q = p + i * team
                 if q < n:
-                    y[row, start + q] = store(element(to_acc(held[q]), m, c, mode))
+                    y[row, start + q] = store(element(v[i], m, c, mode))
             p += team * vpt
 
     return write
