@@ -218,25 +218,20 @@ def test_special_values_across_boundaries_in_strided_views(method, dtype):
 
 
 # --- the group's exchange ----------------------------------------------------------------
-@pytest.mark.parametrize("staged", [True, False])
-def test_group_of_three_blocks_with_rows_in_turn(staged):
+def test_group_of_three_blocks_with_rows_in_turn():
     """Three blocks per row, a single group taking three rows in turn (the alternating
-    workspace slots), every block holding three units — a chunk and a half, parked by
-    cp.async (``staged``) or through registers — and streaming a spilled share."""
+    workspace slots), every block holding three units — a chunk and a half — and
+    streaming a spilled share."""
     unit = T * 4
     rows, n = 3, 12 * unit + 4  # 9 units held; blocks 0 and 1 stream one more each
     shared = (3 * unit + 2 * T) * 4  # three units and the padding of each thread's stretch
     x = (np.random.default_rng().standard_normal((rows, n)) * 3).astype(np.float32)
     d = cuda.to_device(x)
-    config = dict(threads=T, vpt=8, blocks=3, shared=shared, staged=staged)
+    config = dict(threads=T, vpt=8, blocks=3, shared=shared)
     plan = group.configure(d, d, MODES["softmax"], **config)
     assert (plan.size, plan.groups, plan.piece, plan.spill) == (3, 1, 3 * unit, 2 * unit)
-    assert plan.shared == (3 * unit * 4 if staged else T * plan.stride * 4)
     check(run("group", "softmax", x, "float32", **config), x.astype(np.float64), "softmax",
           "float32")
-    if staged:  # a row of n not a multiple of 4: the registers' path
-        d = cuda.to_device(np.zeros((rows, n - 1), np.float32))
-        assert group.configure(d, d, MODES["softmax"], **config).stride % 2 == 1
 
 
 def test_split_row_arithmetic():
@@ -387,9 +382,8 @@ def test_traffic_models():
     assert methods.traffic("fused", 3, 10, 4) == 240
     assert methods.traffic("three_pass", 3, 10, 4) == 480
     assert math.isclose(methods.traffic("online", 1, 1, 2), 6)
-    # 1 × 16M float32: 264 blocks hold 28 672 values each (112 KB; 26 624 through
-    # registers: each thread's stretch padded); the rest is read twice
-    held = 264 * (28672 if group.STAGED else 26624)
+    # 1 × 16M float32: 264 blocks hold 26 624 values each (104 KB); the rest is read twice
+    held = 264 * 26624
     assert group.held_per_row(1, 1 << 24, 4, h100) == held
     assert methods.traffic("group", 1, 1 << 24, 4, h100) == (2 * (1 << 24) + (1 << 24) - held) * 4
     assert methods.traffic("group", 128, 1 << 20, 4, h100) == 2 * 128 * (1 << 20) * 4

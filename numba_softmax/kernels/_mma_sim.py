@@ -87,12 +87,8 @@ def _bits(value):
 
 
 def cp_async16(smem, i, src, row, col, ok):
-    same = smem.dtype == src.dtype  # else 16-bit values into a uint16 (bits) array
-    for e in range(16 // smem.dtype.itemsize):  # synchronous here: done when it returns
-        if not ok:
-            smem[i + e] = 0
-        else:
-            smem[i + e] = src[row, col + e] if same else _bits(src[row, col + e])
+    for e in range(8):  # synchronous here: the copy is complete when the call returns
+        smem[i + e] = _bits(src[row, col + e]) if ok else 0
 
 
 def st_shared_b32(smem, i, word):

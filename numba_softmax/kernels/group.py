@@ -4,11 +4,9 @@ A row of 1M float32 values is 4 MB; one multiprocessor holds at most ~227 KB.  C
 row into ``size`` pieces and give each to a block of a *group* that keeps its piece in
 shared memory, as v5 (:mod:`.onchip`) keeps a whole row:
 
-    1. read     block b of the group parks its piece in shared memory and folds it into
-                (m_b, ℓ_b) — by ``cp.async``, the whole piece in flight at once
-                (:mod:`.park`), where rows are in 16-byte vectors, else through
-                registers (:mod:`.onchip`'s keeper) — then streams its share of
-                whatever does not fit on chip (``spill``), folding it too;
+    1. read     block b of the group reads its piece, folds it into (m_b, ℓ_b) and parks
+                it in shared memory — then streams its share of whatever does not fit
+                on chip (``spill``), folding it too;
     2. exchange thread 0 posts (m_b, ℓ_b) in a small workspace and the group meets at a
                 barrier (:func:`.sync.group_barrier`: a counter in global memory);
     3. combine  every block folds the group's ``size`` posted states with the combiner:
@@ -39,7 +37,7 @@ from numba import cuda
 
 from .. import _sim
 from ..combine import combine_device
-from . import jit, launcher, onchip, park, split, vector
+from . import jit, launcher, onchip, split, vector
 from .epilogue import LOGSUMEXP, row_constant
 from .online import VECTORS, normalise_range, stream_state
 from .reduce import team_combine
@@ -47,18 +45,15 @@ from .sync import group_barrier
 
 THREADS = 512  # threads per block
 BLOCKS_PER_SM = 2  # ptxas keeps the kernel to 64 registers a thread for this
-STAGED = True  # park the piece by cp.async (16-byte vectors): all of it in flight at once
 
 
 @functools.cache
-def kernel(dtype, vpt, mode, width, threads, spills=True, staged=False):
+def kernel(dtype, vpt, mode, width, threads, spills=True):
     acc = jit.accumulator(dtype)
     fold = stream_state(dtype, vpt, width)
     write = normalise_range(dtype, vpt, width, mode)
     keep = onchip.keeper(dtype, vpt, width)
     write_held = onchip.writer(dtype, vpt, width, mode)
-    park_piece = park.parker(dtype, vpt, width)
-    write_parked = park.writer(dtype, vpt, mode)
     fold_posted = split.posted_folder(dtype)
     store = jit.storer(dtype)
     raw = vector.storage_type(dtype)
@@ -79,12 +74,9 @@ def kernel(dtype, vpt, mode, width, threads, spills=True, staged=False):
         s1 = min(s0 + spill, n)
         it, row = 0, g
         while row < x.shape[0]:
-            # 1. read: the piece kept on chip (staged: by cp.async, all of it in flight
-            # at once), then the spilled share streamed
+            # 1. read: the piece kept on chip, then the spilled share streamed
             if mode == LOGSUMEXP:
                 m, l = fold(x, row, h0, h1, t, T)  # nothing to keep for one number
-            elif staged:
-                m, l = park_piece(x, row, h0, h1, held, t, T)
             else:
                 m, l = keep(x, row, h0, h1, held, stride, t, T)
             if spills:  # (compile-time: a row that fits on chip skips this code)
@@ -109,10 +101,7 @@ def kernel(dtype, vpt, mode, width, threads, spills=True, staged=False):
                 # 4. write: the spilled share first (likeliest in L2), then from chip
                 if spills:
                     write(x, y, row, s0, s1, t, T, m, c)
-                if staged:
-                    write_parked(y, row, h0, h1, held, t, T, m, c)
-                else:
-                    write_held(y, row, h0, h1, held, stride, t, T, m, c)
+                write_held(y, row, h0, h1, held, stride, t, T, m, c)
             it += 1
             row += groups
 
@@ -121,8 +110,8 @@ def kernel(dtype, vpt, mode, width, threads, spills=True, staged=False):
 
 class Plan(NamedTuple):
     """The group launch: ``groups`` groups of ``size`` blocks of ``threads``; each block
-    parks ``piece`` values (``shared`` bytes: in order by ``cp.async``, or each thread's
-    ``stride`` apart when ``stride`` is not 0) and streams ``spill`` more."""
+    parks ``piece`` values (``shared`` bytes, each thread's ``stride`` apart) and
+    streams ``spill`` more."""
 
     kernel: object
     size: int
@@ -169,31 +158,27 @@ def counters(size, groups, stream):
                               zeroed=True)
 
 
-def configure(x, y, mode, threads=None, vpt=None, shared=None, blocks=None, stream=0,
-              staged=None):
+def configure(x, y, mode, threads=None, vpt=None, shared=None, blocks=None, stream=0):
     """The launch: blocks of ``THREADS`` (fewer if the compiled kernel cannot launch that
     many, or ``threads`` asks for fewer), ``BLOCKS_PER_SM`` on each multiprocessor, each
     with its share of the shared memory (``shared`` caps it: the tests shrink it);
     ``blocks`` caps how many run at once (default: as many as the device holds,
-    :func:`.launcher.max_cooperative_blocks`).  ``staged`` (default ``STAGED``): the
-    piece goes to shared memory by ``cp.async`` where rows are in 16-byte vectors."""
+    :func:`.launcher.max_cooperative_blocks`)."""
     rows, n = x.shape
     width = vector.vector_width(x) if mode == LOGSUMEXP else vector.vector_width(x, y)
     vpt = max(vpt or VECTORS * vector.width_for(x.dtype), width)
-    staged = (STAGED if staged is None else staged) and park.usable(x.dtype, width, n)
     m_ws, l_ws = split.workspace(1, 1, split.workspace_dtype(x.dtype), stream)
     args = (x, y, 1, 1, 1, 1, m_ws, l_ws, counters(1, 1, stream))  # typed as at launch
-    k, threads = onchip.fit_threads(lambda t: kernel(x.dtype, vpt, mode, width, t,
-                                                     staged=staged), x, y,
+    k, threads = onchip.fit_threads(lambda t: kernel(x.dtype, vpt, mode, width, t), x, y,
                                     threads or THREADS, args)
     itemsize = x.dtype.itemsize
     unit = threads * width  # a vector for every thread
-    capacity, resident = _capacity(k, args, threads, itemsize, unit, shared, blocks, staged)
+    capacity, resident = _capacity(k, args, threads, itemsize, unit, shared, blocks)
     size, groups, piece, spill = split_row(rows, n, unit, capacity, resident)
     if not spill:  # the row fits on chip: the kernel without the streaming code
-        k = kernel(x.dtype, vpt, mode, width, threads, spills=False, staged=staged)
-    stride = 0 if staged else onchip.stride_for(piece, threads, width)  # staged: in order
-    need = 0 if mode == LOGSUMEXP else (piece if staged else threads * stride) * itemsize
+        k = kernel(x.dtype, vpt, mode, width, threads, spills=False)
+    stride = onchip.stride_for(piece, threads, width)
+    need = 0 if mode == LOGSUMEXP else threads * stride * itemsize
     return Plan(k, size, groups, threads, piece, spill, stride, need)
 
 
@@ -203,12 +188,12 @@ def held_per_row(rows, n, itemsize, limits):
     multiprocessor): the traffic model's arithmetic, no kernel needed."""
     unit = THREADS * (16 // itemsize)
     cap = (min(limits.shared_optin, limits.shared_per_sm // BLOCKS_PER_SM) - onchip.STATIC_SHARED)
-    values = (cap // itemsize - (0 if STAGED else 2 * THREADS)) // unit * unit  # less padding
+    values = (cap // itemsize - 2 * THREADS) // unit * unit
     size, _, piece, _ = split_row(rows, n, unit, values, BLOCKS_PER_SM * limits.sms)
     return min(n, size * piece)
 
 
-def _capacity(k, args, threads, itemsize, unit, shared, blocks, staged=False):
+def _capacity(k, args, threads, itemsize, unit, shared, blocks):
     """(values a block may park, blocks resident at once): with ``BLOCKS_PER_SM`` blocks
     sharing each multiprocessor's shared memory (or, if that many do not fit, one)."""
     limits = launcher.device_limits()
@@ -216,11 +201,11 @@ def _capacity(k, args, threads, itemsize, unit, shared, blocks, staged=False):
         cap = min(limits.shared_optin, limits.shared_per_sm // per_sm) - onchip.STATIC_SHARED
         if shared is not None:
             cap = min(cap, shared)
-        values = (cap // itemsize - (0 if staged else 2 * threads)) // unit * unit  # padding
+        values = (cap // itemsize - 2 * threads) // unit * unit  # less the padding
         if values < unit:
             continue
-        held = values if staged else threads * onchip.stride_for(values, threads, unit // threads)
-        resident = launcher.max_cooperative_blocks(k, args, threads, held * itemsize)
+        stride = onchip.stride_for(values, threads, unit // threads)
+        resident = launcher.max_cooperative_blocks(k, args, threads, threads * stride * itemsize)
         if blocks is not None:
             resident = min(resident, blocks)
         if resident >= per_sm * limits.sms or (per_sm == 1 and resident >= 1):
@@ -228,10 +213,9 @@ def _capacity(k, args, threads, itemsize, unit, shared, blocks, staged=False):
     raise ValueError(f"{k.__name__}: no block of {threads} threads fits on this device")
 
 
-def launch(x, y, mode, threads=None, vpt=None, shared=None, blocks=None, stream=0,
-           staged=None):
+def launch(x, y, mode, threads=None, vpt=None, shared=None, blocks=None, stream=0):
     """Run on (rows, n) device arrays; ``y`` is (rows, n), or (rows, 1) for logsumexp."""
-    plan = configure(x, y, mode, threads, vpt, shared, blocks, stream, staged)
+    plan = configure(x, y, mode, threads, vpt, shared, blocks, stream)
     m_ws, l_ws = split.workspace(2 * plan.groups, plan.size, split.workspace_dtype(x.dtype), stream)
     args = (x, y, plan.size, plan.piece, plan.spill, plan.stride, m_ws, l_ws,
             counters(plan.size, plan.groups, stream))

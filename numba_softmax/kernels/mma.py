@@ -46,8 +46,7 @@ compile-time constants only, so that they stay in registers):
                                     (rows 2t, 2t+1, col g) — a B fragment of a row-major V
     cp_async16(smem, i, src, row, col, ok)
                                     smem[i : i+8] ← src[row, col : col+8] (16 bytes,
-                                    asynchronously), or zeros when not ``ok`` (any dtype:
-                                    16 bytes are 4 float32 values, 8 of 16 bits)
+                                    asynchronously), or eight zeros when not ``ok``
     cp_async_commit(), cp_async_wait_all()
                                     close a group of copies; wait until all have landed
     cp_async_wait(n)                (a build-time call) the function that waits until at

@@ -30,6 +30,7 @@ import functools
 import math
 from typing import NamedTuple
 
+import numba
 from numba import cuda
 
 from ..combine import combine_device
@@ -39,6 +40,7 @@ from .online import VECTORS, stream_state
 from .reduce import team_combine
 
 STATIC_SHARED = 1024  # bytes of shared memory a kernel here uses besides the parked row
+U = numba.uint64  # held's indices: unsigned, so Numba adds no negative-index wraparound
 
 
 @functools.cache
@@ -55,7 +57,7 @@ def keeper(dtype, vpt, width):
     def keep(x, row, start, stop, held, stride, t, team):
         v = cuda.local.array(vpt, acc)
         m, l = acc(-math.inf), acc(0.0)
-        base, j = start, t * stride  # thread t's next place in held
+        base, j = start, U(t * stride)  # thread t's next place in held (unsigned: below)
         while base < stop:
             io.load(x, row, base, stop, t, team, v, acc(-math.inf))
             m_chunk, l_chunk = io.state(v)
@@ -63,9 +65,9 @@ def keeper(dtype, vpt, width):
             for i in range(vectors):  # park the vectors that lie inside the range
                 if base + (t + i * team) * width < stop:
                     for k in range(width):
-                        held[j + i * width + k] = to_storage(v[i * width + k])
+                        held[j + U(i * width + k)] = to_storage(v[i * width + k])
             base += team * vpt
-            j += vpt
+            j += U(vpt)
         return m, l
 
     return keep
@@ -83,16 +85,16 @@ def writer(dtype, vpt, width, mode):
     @jit.device
     def write_held(y, row, start, stop, held, stride, t, team, m, c):
         v = cuda.local.array(vpt, acc)
-        base, j = start, t * stride
+        base, j = start, U(t * stride)
         while base < stop:
             for i in range(vectors):  # thread t's own parked values: no barrier needed
                 inside = base + (t + i * team) * width < stop
                 for k in range(width):
-                    v[i * width + k] = to_acc(held[j + i * width + k]) if inside else m
+                    v[i * width + k] = to_acc(held[j + U(i * width + k)]) if inside else m
             io.normalise(v, m, c, mode)
             io.store(y, row, base, stop, t, team, v)
             base += team * vpt
-            j += vpt
+            j += U(vpt)
 
     return write_held
 

@@ -4,8 +4,7 @@
 
 For float32 rows of 65536 … 16M values (and float16 at 262144): a device-to-device copy
 of the same bytes (torch ``copy_``), ``torch.softmax``, ``online``, and ``group`` with
-each (threads, values a thread loads per chunk, blocks per multiprocessor, the piece
-parked by cp.async or through registers) — kernel time
+each (threads, values a thread loads per chunk, blocks per multiprocessor) — kernel time
 behind a sleeping kernel (``_timing.kernel_ms``), inputs rotated past the L2.  GB/s =
 bytes read once + written once; % of the copy's GB/s.  Each variant is checked against
 ``torch.softmax`` first.
@@ -27,10 +26,10 @@ from numba_softmax.kernels.epilogue import SOFTMAX  # noqa: E402
 SHAPES = [((1024, 65536), torch.float32), ((256, 262144), torch.float32),
           ((128, 1048576), torch.float32), ((1, 16777216), torch.float32),
           ((256, 262144), torch.float16)]
-# (threads, vpt, shared cap, staged): None = the defaults; a cap past half an SM's shared
-# memory leaves one block a multiprocessor; staged False: the piece through registers
-VARIANTS = [(None, None, None, None), (None, None, None, False), (512, 16, None, None),
-            (256, None, None, None), (1024, None, None, None), (512, None, 200_000, None)]
+# (threads, vpt, shared cap): None = the defaults; a cap past half an SM's shared memory
+# leaves one block a multiprocessor
+VARIANTS = [(None, None, None), (512, 16, None), (256, None, None), (1024, None, None),
+            (512, None, 200_000)]
 
 
 def main():
@@ -39,7 +38,7 @@ def main():
     a = p.parse_args()
     shapes = SHAPES[:1] + SHAPES[3:] if a.quick else SHAPES
     print(f"device: {torch.cuda.get_device_name()}")
-    variants = VARIANTS[:2] if a.quick else VARIANTS
+    variants = VARIANTS[:1] if a.quick else VARIANTS
     for (rows, n), dt in shapes:
         nbytes = rows * n * torch.tensor([], dtype=dt).element_size()
         sets = max(2, -(-3 * 60 * 2**20 // (2 * nbytes)))
@@ -59,19 +58,18 @@ def main():
         online_ms = kernel_ms(lambda i: online.launch(nx[i], ny[i], SOFTMAX), sets)
         line += f" | online {gbps(online_ms):.0f} ({100 * gbps(online_ms) / copy:.1f} %)"
         print(line, flush=True)
-        for threads, vpt, shared, staged in variants:
-            name = f"group threads={threads} vpt={vpt} shared={shared} staged={staged}"
+        for threads, vpt, shared in variants:
+            name = f"group threads={threads} vpt={vpt} shared={shared}"
             try:
                 ys[0].fill_(float("nan"))
-                group.launch(nx[0], ny[0], SOFTMAX, threads, vpt, shared, staged=staged)
+                group.launch(nx[0], ny[0], SOFTMAX, threads, vpt, shared)
                 err = float((ys[0].float() - want).abs().max())
                 if not err < 1e-3:
                     print(f"  {name}: WRONG, max error {err:.2e}")
                     continue
-                plan = group.configure(nx[0], ny[0], SOFTMAX, threads, vpt, shared,
-                                       staged=staged)
+                plan = group.configure(nx[0], ny[0], SOFTMAX, threads, vpt, shared)
                 ms = kernel_ms(lambda i: group.launch(nx[i], ny[i], SOFTMAX, threads, vpt,
-                                                      shared, staged=staged), sets)
+                                                      shared), sets)
                 print(f"  {name}: size {plan.size} groups {plan.groups} threads {plan.threads} "
                       f"piece {plan.piece} spill {plan.spill}: {ms * 1e3:.1f} µs, "
                       f"{gbps(ms):.0f} GB/s ({100 * gbps(ms) / copy:.1f} % of copy)", flush=True)
