@@ -5,15 +5,15 @@ the compiled kernel up on each call: ~25 µs of Python before the GPU sees anyth
 the array handling above it adds more, while a softmax of one 1×1024 row is ~3 µs of GPU
 work.  So every public entry point asks this module first:
 
-1. :func:`key` — a tuple of everything that shaped the call: the function and its
-   options, the stream, the current CUDA context, and for each array (inputs and
+1. :func:`lookup` — the key, a tuple of everything that shaped the call: the function
+   and its options, the stream, the current CUDA context, and for each array (inputs and
    ``out=``) its library, dtype, shape, strides, device and 16-byte alignment, and how
-   ``out=`` overlaps each input (apart, the same array, or partly).  None for NumPy
-   inputs (they pay their copies anyway) and on the simulator.
-2. :func:`find` — a dictionary look-up.  A hit replays: allocate the outputs afresh, take
-   the arrays' data pointers, patch them into the recorded argument lists, and launch each
-   recorded kernel (:mod:`.kernels.replay`: one call into the driver) — no typing,
-   no wrapping.
+   ``out=`` overlaps each input (apart, the same array, or partly) — None for NumPy
+   inputs (they pay their copies anyway) and on the simulator; read in the same pass,
+   the arrays' data pointers; and the plan recorded under the key (a dictionary look-up).
+2. A hit replays: allocate the outputs afresh, patch the data pointers into the recorded
+   argument lists, and launch each recorded kernel (:mod:`.kernels.replay`: one call into
+   the driver) — no typing, no wrapping.
 3. On a miss the call takes the ordinary path inside :class:`Recorder`, which notes every
    launch (:mod:`numba_softmax.kernels.launcher`) and allocation (:mod:`.arrays.record`)
    and, if every pointer the kernels saw is accounted for (an input, a new buffer, or a
