@@ -120,16 +120,21 @@ def main():
                      ("ns.attention torch", lambda: ns.attention(q, q, q)),
                      ("decode splits=4 torch", lambda: ns.attention(q1, kv, kv, num_splits=4)),
                      ("ns.softmax numba out=", lambda: ns.softmax(xs["numba"], out=ys["numba"]))):
-        prof = cProfile.Profile()
-        prof.enable()
-        for _ in range(n):
-            fn()
-        prof.disable()
-        cuda.synchronize()
-        s = io.StringIO()
-        pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(18)
-        print(f"\n== cProfile {name}, {n} calls, by own time ==")
-        print("\n".join(s.getvalue().splitlines()[4:30]))
+        print_profile(name, fn, n)
+
+
+def print_profile(name, fn, calls, top=18):
+    """cProfile's ``top`` entries, by own time, of ``calls`` unsynchronised calls of fn."""
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    cuda.synchronize()
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(top)
+    print(f"\n== cProfile {name}, {calls} calls, by own time ==")
+    print("\n".join(s.getvalue().splitlines()[4:top + 12]))
 
 
 if __name__ == "__main__":

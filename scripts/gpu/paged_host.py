@@ -10,10 +10,7 @@ entries of the paged calls with and without the table check.
 """
 
 import argparse
-import cProfile
-import io
 import os
-import pstats
 import sys
 
 import numpy as np
@@ -21,7 +18,7 @@ import torch
 from numba import cuda
 
 sys.path.insert(0, os.path.dirname(__file__))
-from host_profile import bare_us, per_call_us  # noqa: E402
+from host_profile import bare_us, per_call_us, print_profile  # noqa: E402
 
 import numba_softmax as ns  # noqa: E402
 from numba_softmax import plans  # noqa: E402
@@ -74,16 +71,7 @@ def main():
     cuda.synchronize()
 
     for name, fn in rows[1:2] + rows[4:]:
-        prof = cProfile.Profile()
-        prof.enable()
-        for _ in range(n):
-            fn()
-        prof.disable()
-        cuda.synchronize()
-        s = io.StringIO()
-        pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(16)
-        print(f"\n== cProfile {name}, {n} calls, by own time ==")
-        print("\n".join(s.getvalue().splitlines()[4:28]))
+        print_profile(name, fn, n, top=16)
 
 
 if __name__ == "__main__":
