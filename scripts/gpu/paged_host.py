@@ -13,7 +13,6 @@ import argparse
 import os
 import sys
 
-import numpy as np
 import torch
 from numba import cuda
 
