@@ -141,13 +141,13 @@ def _tables(block_table, cache_seqlens, n_blocks, block_size, batch, stream, new
                             block_size, batch=batch, new_tokens=new_tokens, entries=check)
     table = _ints(block_table, "block_table", stream)
     seqlens = _ints(cache_seqlens, "cache_seqlens", stream)
-    queued = check and queue and not on_host
+    queued = check and queue and not on_host and batch > 0
     if not on_host:
         _paged.check_tables(table, seqlens, n_blocks, block_size, batch=batch,
                             new_tokens=new_tokens, stream=stream, entries=check and not queue)
-    if queued and batch:
+    if queued:
         _table_check.launch(table, seqlens, n_blocks, block_size, new_tokens, stream)
-    return table, seqlens, queued and batch > 0
+    return table, seqlens, queued
 
 
 def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=False,

@@ -85,11 +85,6 @@ def lookup(tag, arrays, stream):
     return plan_key, find(plan_key), ptrs
 
 
-def key(tag, arrays, stream):
-    """The plan key of a call, or None when the call must take the ordinary path."""
-    return lookup(tag, arrays, stream)[0]
-
-
 _EXTENTS = {}  # layout key -> [first, last] byte touched, relative to the data pointer
 
 

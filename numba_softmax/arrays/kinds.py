@@ -17,8 +17,6 @@ described as dtype ``"bfloat16"`` and viewed on the device as ``uint16`` bits â€
 kernels' convention (:mod:`numba_softmax.kernels.jit`).
 """
 
-import ctypes
-import threading
 import weakref
 
 import numpy as np
@@ -162,20 +160,13 @@ def _numba_ptr(x):
     return x.device_ctypes_pointer.value or 0
 
 
-_ctx = threading.local()
-
-
 def current_device_id():
     """The device of this thread's current CUDA context (asked of the driver: Numba's
     ``get_current_device`` costs ~14 Âµs on a path that has few to spend)."""
-    lib = getattr(_ctx, "lib", None)
-    if lib is None:
-        cuda.current_context()  # make sure a context exists (Numba's primary one)
-        lib = _ctx.lib = ctypes.CDLL("libcuda.so.1")
-        _ctx.dev = ctypes.c_int()
-    if lib.cuCtxGetDevice(ctypes.byref(_ctx.dev)):
-        return cuda.get_current_device().id
-    return _ctx.dev.value
+    from ..kernels import replay
+
+    dev = replay.current_device()
+    return cuda.get_current_device().id if dev is None else dev  # none yet: Numba makes one
 
 
 def _byte_strides(x, desc):

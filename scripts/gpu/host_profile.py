@@ -91,11 +91,10 @@ def main():
     print("\n== pieces of a plan hit (torch softmax), µs each ==")
     ns.softmax(tx)
     stream = kinds.as_stream(None)
-    key = plans.key(("reduce", "softmax", "auto", -1), (tx, None), stream)
-    plan = plans.find(key)
+    key, plan, _ = plans.lookup(("reduce", "softmax", "auto", -1), (tx, None), stream)
     pieces = [
         ("kinds.as_stream(None)", lambda: kinds.as_stream(None)),
-        ("plans.key", lambda: plans.key(("reduce", "softmax", "auto", -1), (tx, None), stream)),
+        ("plans.lookup", lambda: plans.lookup(("reduce", "softmax", "auto", -1), (tx, None), stream)),
         ("kinds.layout_key(torch)", lambda: kinds.layout_key(tx)),
         ("replay.current_context", replay.current_context),
         ("plans.find", lambda: plans.find(key)),
