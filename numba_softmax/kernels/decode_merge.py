@@ -61,22 +61,21 @@ block_of = jit.device(_block)  # the grid of both decode kernels (decode_launch)
 
 @functools.cache
 def rebase(dtype):
-    """Device function ``rebase(f, l, unit, n, r, rows)``: fold the n states
-    (m_k, ℓ_k) = (f[k·rows + r], l[k·rows + r] — or 1 with ``unit``) of row r into the
-    row's (m, ℓ), which it returns, and overwrite each f[k·rows + r] with the factor
-    exp(m_k − m)/ℓ that turns state k's O into its share of the normalised output
-    (0 for every k when ℓ = 0: nothing was seen)."""
+    """Device function ``rebase(f, l, n, r, rows)``: fold the n states
+    (m_k, ℓ_k) = (f[k·rows + r], l[k·rows + r]) of row r into the row's (m, ℓ), which it
+    returns, and overwrite each f[k·rows + r] with the factor exp(m_k − m)/ℓ that turns
+    state k's O into its share of the normalised output (0 for every k when ℓ = 0:
+    nothing was seen)."""
     acc = accumulator(dtype)
 
     @jit.device
-    def fold(f, l, unit, n, r, rows):
+    def fold(f, l, n, r, rows):
         mx = acc(-math.inf)
         for k in range(n):
             mx = nan_max(f[k * rows + r], mx)
         lt = acc(0.0)
         for k in range(n):
-            w = weight_device(f[k * rows + r], mx)
-            lt += w if unit else l[k * rows + r] * w
+            lt += l[k * rows + r] * weight_device(f[k * rows + r], mx)
         inv = acc(1.0) / lt if lt != acc(0.0) else acc(0.0)
         for k in range(n):
             f[k * rows + r] = weight_device(f[k * rows + r], mx) * inv
@@ -129,7 +128,7 @@ def fold_shared(dtype, dv, dvp, rows, warps):
         tid = cuda.threadIdx.x
         row_l = cuda.shared.array(RB, acc)
         if tid < RB:  # one thread per row: (m, ℓ) of the block, and each warp's factor
-            mx, lt = fold_states(f_s, l_s, False, W, tid, RB)
+            mx, lt = fold_states(f_s, l_s, W, tid, RB)
             row_l[tid] = lt
             pr = pr0 + tid
             if pr < n_rows:

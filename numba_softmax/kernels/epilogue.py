@@ -14,8 +14,6 @@ or +inf makes ℓ NaN and so the whole row NaN.
 
 import math
 
-from numba import cuda
-
 from . import jit
 
 from ..combine import lse_device, weight_device

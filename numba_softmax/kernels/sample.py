@@ -28,7 +28,6 @@ NumPy twin: :func:`numba_softmax.reference.topk.sample`.
 
 import functools
 
-import numba
 import numpy as np
 from numba import cuda
 

@@ -30,15 +30,21 @@ SHAPES = [((1024, 65536), torch.float32), ((256, 262144), torch.float32),
 # leaves one block a multiprocessor
 VARIANTS = [(None, None, None), (512, 16, None), (256, None, None), (1024, None, None),
             (512, None, 200_000)]
+# --per-sm: (threads, blocks a multiprocessor) — the kernel recompiled with launch bounds
+# for that many blocks (``group.BLOCKS_PER_SM``), each with its share of shared memory
+PER_SM = [(512, 2), (256, 4), (512, 3), (512, 4), (256, 6), (256, 8)]
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--per-sm", action="store_true", help="sweep blocks a multiprocessor")
     a = p.parse_args()
     shapes = SHAPES[:1] + SHAPES[3:] if a.quick else SHAPES
     print(f"device: {torch.cuda.get_device_name()}")
     variants = VARIANTS[:1] if a.quick else VARIANTS
+    if a.per_sm:
+        variants = [(t, None, None, per_sm) for t, per_sm in PER_SM]
     for (rows, n), dt in shapes:
         nbytes = rows * n * torch.tensor([], dtype=dt).element_size()
         sets = max(2, -(-3 * 60 * 2**20 // (2 * nbytes)))
@@ -58,8 +64,12 @@ def main():
         online_ms = kernel_ms(lambda i: online.launch(nx[i], ny[i], SOFTMAX), sets)
         line += f" | online {gbps(online_ms):.0f} ({100 * gbps(online_ms) / copy:.1f} %)"
         print(line, flush=True)
-        for threads, vpt, shared in variants:
+        for threads, vpt, shared, *per_sm in variants:
             name = f"group threads={threads} vpt={vpt} shared={shared}"
+            if per_sm:
+                group.BLOCKS_PER_SM = per_sm[0]
+                group.kernel.cache_clear()
+                name += f" blocks/SM={per_sm[0]}"
             try:
                 ys[0].fill_(float("nan"))
                 group.launch(nx[0], ny[0], SOFTMAX, threads, vpt, shared)
