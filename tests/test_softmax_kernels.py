@@ -382,8 +382,8 @@ def test_traffic_models():
     assert methods.traffic("fused", 3, 10, 4) == 240
     assert methods.traffic("three_pass", 3, 10, 4) == 480
     assert math.isclose(methods.traffic("online", 1, 1, 2), 6)
-    # 1 × 16M float32: 264 blocks hold 26 624 values each (104 KB); the rest is read twice
-    held = 264 * 26624
+    # 1 × 16M float32: 528 blocks hold 13 312 values each (52 KB); the rest is read twice
+    held = 528 * 13312
     assert group.held_per_row(1, 1 << 24, 4, h100) == held
     assert methods.traffic("group", 1, 1 << 24, 4, h100) == (2 * (1 << 24) + (1 << 24) - held) * 4
     assert methods.traffic("group", 128, 1 << 20, 4, h100) == 2 * 128 * (1 << 20) * 4

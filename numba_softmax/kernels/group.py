@@ -22,7 +22,7 @@ running: the kernel is a cooperative launch (it calls ``cuda.cg.this_grid()``), 
 the driver refuses unless every block fits at once — never a hang.
 
 Memory traffic: read N·b, write N·b while the row fits in the group's shared memory
-(``size`` × 104 KB on an H100, two blocks a multiprocessor: the whole chip holds 28 MB);
+(``size`` × 52 KB on an H100, four blocks a multiprocessor: the whole chip holds 28 MB);
 beyond that read the spilled part
 twice (``spill``·size·b more, less what the re-read finds in L2), plus 8·size² bytes of
 workspace per row.  The docs chapter draws the exchange.
@@ -43,8 +43,8 @@ from .online import VECTORS, normalise_range, stream_state
 from .reduce import team_combine
 from .sync import group_barrier
 
-THREADS = 512  # threads per block
-BLOCKS_PER_SM = 2  # ptxas keeps the kernel to 64 registers a thread for this
+THREADS = 256  # threads per block
+BLOCKS_PER_SM = 4  # ptxas keeps the kernel to 64 registers a thread for this
 
 
 @functools.cache
@@ -58,7 +58,7 @@ def kernel(dtype, vpt, mode, width, threads, spills=True):
     store = jit.storer(dtype)
     raw = vector.storage_type(dtype)
 
-    @jit.kernel(launch_bounds=(threads, BLOCKS_PER_SM))  # registers for two blocks an SM
+    @jit.kernel(launch_bounds=(threads, BLOCKS_PER_SM))  # registers for four blocks an SM
     def group(x, y, size, piece, spill, stride, m_ws, l_ws, counters):
         cuda.cg.this_grid()  # a cooperative launch: every block resident, or no launch
         groups = cuda.gridDim.x // size

@@ -1,6 +1,6 @@
 """The group kernel's launch choices on long rows (issue 13): run on a GPU; prints only.
 
-    python scripts/gpu/group_sweep.py [--quick]
+    python scripts/gpu/group_sweep.py [--quick | --default | --per-sm]
 
 For float32 rows of 65536 … 16M values (and float16 at 262144): a device-to-device copy
 of the same bytes (torch ``copy_``), ``torch.softmax``, ``online``, and ``group`` with
@@ -37,12 +37,13 @@ PER_SM = [(512, 2), (256, 4), (512, 3), (512, 4), (256, 6), (256, 8)]
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--quick", action="store_true")
+    p.add_argument("--quick", action="store_true", help="three shapes, the default launch")
+    p.add_argument("--default", action="store_true", help="every shape, the default launch")
     p.add_argument("--per-sm", action="store_true", help="sweep blocks a multiprocessor")
     a = p.parse_args()
     shapes = SHAPES[:1] + SHAPES[3:] if a.quick else SHAPES
     print(f"device: {torch.cuda.get_device_name()}")
-    variants = VARIANTS[:1] if a.quick else VARIANTS
+    variants = VARIANTS[:1] if a.quick or a.default else VARIANTS
     if a.per_sm:
         variants = [(t, None, None, per_sm) for t, per_sm in PER_SM]
     for (rows, n), dt in shapes:
