@@ -226,7 +226,7 @@ def _kernel_for(dtype, scale):
 
 def _fill(target, result, stream):
     """Copy a finished O into the user's ``out=`` (described); returns ``out``."""
-    if target.kind == "numpy":
+    if target.on_host:
         np.copyto(target.obj, result)
         return target.obj
     from .arrays import layout

@@ -32,7 +32,7 @@ def _ints(x, name, stream):
     """An int32 index array (shapes checked by the caller) as a device view."""
     d = kinds.describe(x)
     check_dtype(d, name, (I32,))
-    if d.kind == "numpy":
+    if d.on_host:
         return kinds.to_device(np.ascontiguousarray(x), stream)
     if min(d.strides or (0,)) < 0 or layout.fold_rows(d.shape + (1,), d.strides + (1,), d.ndim) is None:
         raise ValueError(f"{name} must be a plain (non-negative stride) array")
@@ -46,7 +46,7 @@ def _packed(d, stream):
         buf, dev = kinds.empty(d.kind, d.shape, d.dtype, like=d.obj, stream=stream)
         layout.device_copy(d, d.shape, d.strides, kinds.describe(buf), kinds.c_strides(d.shape), stream)
         d = kinds.describe(buf)
-    if d.kind == "numpy":
+    if d.on_host:
         dev = kinds.to_device(np.ascontiguousarray(d.obj), stream)
         d = kinds.describe(dev)
     st = d.strides
@@ -119,7 +119,7 @@ def _cache_views(named, stream):
     for name, d in named:
         if d.ndim != 4:
             raise ValueError(f"{name} must be 4-D, got shape {d.shape}")
-        if d.kind == "numpy":
+        if d.on_host:
             out.append(kinds.to_device(np.ascontiguousarray(d.obj), stream))
         elif min(d.strides) < 0:
             raise ValueError(f"{name} has a negative stride; pass a plain view")
@@ -135,7 +135,7 @@ def _tables(block_table, cache_seqlens, n_blocks, block_size, batch, stream, new
     a device table's check is only queued on ``stream`` (:func:`.kernels.table_check.launch`,
     under its lock) for the caller to read after its own launch; the third value says
     whether it was."""
-    on_host = all(kinds.describe(x).kind == "numpy" for x in (block_table, cache_seqlens))
+    on_host = all(kinds.describe(x).on_host for x in (block_table, cache_seqlens))
     if on_host:
         _paged.check_tables(np.asarray(block_table), np.asarray(cache_seqlens), n_blocks,
                             block_size, batch=batch, new_tokens=new_tokens, entries=check)
@@ -224,7 +224,7 @@ def append_kv(k_new, v_new, k_cache, v_cache, block_table, cache_seqlens, *, str
     stream = kinds.as_stream(stream)
     names = ("k_new", "v_new", "k_cache", "v_cache")
     ds = _describe_all(dict(zip(names, (k_new, v_new, k_cache, v_cache))), DTYPES)
-    if ds["k_cache"].kind == "numpy":
+    if ds["k_cache"].on_host:
         raise TypeError("append_kv writes the caches in place: pass CUDA arrays, not NumPy")
     dev = _cache_views([(n, ds[n]) for n in names], stream)
     n_blocks, block_size = ds["k_cache"].shape[:2]

@@ -89,3 +89,31 @@ def test_shapes_follow_numpy():
     assert ns.softmax(np.ones((0, 3), np.float32)).shape == (0, 3)
     np.testing.assert_allclose(ns.combine(np.array([0.0, 1.0]), 1.0, np.array([1.0, -np.inf]), 1.0)[1],
                                [1 + np.exp(-1.0), 1.0])
+
+
+def test_cast_and_concatenate_keep_the_library():
+    """The ring's conversions (widen, back to the input's dtype, join shards) go through
+    the array layer: dtype changed only when asked, memory shared when already right."""
+    a = fresh((2, 3), 5).astype(np.float16)
+    wide = kinds.cast(a, np.float64)
+    assert wide.dtype == np.float64 and np.array_equal(wide, a.astype(np.float64))
+    assert kinds.cast(a, a) is a
+    back = kinds.cast(wide, a)
+    assert back.dtype == np.float16 and np.array_equal(back, a)
+    joined = kinds.concatenate([a, wide.astype(np.float16)], 1)
+    assert joined.shape == (2, 6) and np.array_equal(joined[:, 3:], a)
+    assert not kinds.is_torch(a) and not kinds.is_torch(object())
+
+
+def test_array_library_branches_live_in_the_array_layer():
+    """No module outside ``numba_softmax/arrays`` branches on an array's library: the
+    benchmark (which times the peers themselves) and the PyTorch integration excepted."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(ns.__file__).parent
+    sniff = re.compile(r"__module__|\.kind\s*[!=]=\s*[\"'](numpy|cupy|torch|numba)[\"']")
+    found = [f"{p.relative_to(root)}:{i}" for p in sorted(root.rglob("*.py"))
+             if p.parts[len(root.parts)] not in ("arrays", "bench", "torch.py")
+             for i, line in enumerate(p.read_text().splitlines(), 1) if sniff.search(line)]
+    assert not found, found

@@ -17,7 +17,7 @@ from . import kinds, layout
 def view(d, tail, stream=0, unit_last=False):
     """The (B, H, last ``tail`` axes) device view of the described array ``d``."""
     shape4 = layout.heads_shape(d.shape, tail)
-    if d.kind == "numpy":
+    if d.on_host:
         host = np.ascontiguousarray(d.obj).reshape(shape4)
         return kinds.to_device(host, stream)
     strides = layout.fold_heads(d.shape, d.strides, tail)
@@ -40,7 +40,7 @@ def output(kind, shape, dtype, like, tail, stream=0):
 def out_view(d, tail):
     """A (B, H, tail…) view of a user's ``out=`` the kernels may write, or None (then the
     result is written to a buffer and copied in)."""
-    if d.kind == "numpy" or layout.overlaps_itself(d.shape, d.strides):
+    if d.on_host or layout.overlaps_itself(d.shape, d.strides):
         return None
     strides = layout.fold_heads(d.shape, d.strides, tail)
     if strides is None:

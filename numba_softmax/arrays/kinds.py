@@ -44,6 +44,11 @@ class Described:
         return len(self.shape)
 
     @property
+    def on_host(self):
+        """A NumPy array: its values must be copied to the device (and results back)."""
+        return self.kind == "numpy"
+
+    @property
     def size(self):
         n = 1
         for s in self.shape:
@@ -76,6 +81,11 @@ def kind_of(x):
         return "numba"
     raise TypeError(f"expected a NumPy array or a CUDA array (CuPy, PyTorch, Numba), "
                     f"got {type(x).__name__}")
+
+
+def is_torch(x):
+    """A PyTorch tensor, on any device (without importing PyTorch)."""
+    return type(x).__module__.split(".", 1)[0] == "torch"
 
 
 def _dtype_named(name):
@@ -449,6 +459,31 @@ def to_numpy(x):
 
         return cupy.asnumpy(x)
     return x.copy_to_host()
+
+
+def cast(x, like):
+    """``x`` (a NumPy, CuPy or PyTorch array) in ``like``'s dtype — ``like`` an array of the
+    same library, or a NumPy dtype — sharing ``x``'s memory where the dtype already is."""
+    dtype = like if isinstance(like, (np.dtype, type, str)) else like.dtype
+    if is_torch(x):
+        import torch
+
+        return x.to(dtype if isinstance(dtype, torch.dtype) else _torch_dtype(torch, dtype))
+    return x.astype(dtype, copy=False)
+
+
+def concatenate(parts, axis):
+    """NumPy, CuPy or PyTorch arrays (all of one library) joined along ``axis``."""
+    mod = type(parts[0]).__module__
+    if mod.startswith("torch"):
+        import torch
+
+        return torch.cat(parts, dim=axis)
+    if mod.startswith("cupy"):
+        import cupy
+
+        return cupy.concatenate(parts, axis=axis)
+    return np.concatenate(parts, axis=axis)
 
 
 # --- streams ------------------------------------------------------------------------------

@@ -25,27 +25,11 @@ merge, so P merges add no float16 rounding; the result is rounded once, at the e
 import numpy as np
 
 from .. import reference
+from ..arrays import kinds
 from ..attention import attention as _attention
 from ..attention import merge_attention as _merge
 
 __all__ = ["DeviceCompute", "HostCompute", "ReferenceCompute", "fold"]
-
-
-def _is_torch(x):
-    return type(x).__module__.split(".")[0] == "torch"
-
-
-def _widen(x, dtype=np.float32):
-    if _is_torch(x):
-        import torch
-
-        return x.to(getattr(torch, np.dtype(dtype).name))
-    return x.astype(dtype, copy=False)
-
-
-def _like(x, like):
-    """``x`` in ``like``'s dtype."""
-    return x.to(like.dtype) if _is_torch(x) else x.astype(like.dtype, copy=False)
 
 
 class DeviceCompute:
@@ -63,10 +47,10 @@ class DeviceCompute:
         return _merge(o, lse, o_t, lse_t, stream=self.stream)
 
     def widen(self, o):
-        return _widen(o)
+        return kinds.cast(o, np.float32)
 
     def finish(self, o, like):
-        return _like(o, like)
+        return kinds.cast(o, like)
 
 
 class HostCompute(DeviceCompute):
@@ -106,10 +90,10 @@ class ReferenceCompute:
         return reference.update_out_and_lse(o, lse, o_t, lse_t)
 
     def widen(self, o):
-        return _widen(o, np.float64)
+        return kinds.cast(o, np.float64)
 
     def finish(self, o, like):
-        return _like(o, like)
+        return kinds.cast(o, like)
 
 
 def _noop(phase, st, arrays):

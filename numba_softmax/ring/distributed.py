@@ -22,6 +22,7 @@ imported before it is called: the package does not need torch.
 import contextlib
 import math
 
+from ..arrays import kinds
 from .compute import DeviceCompute, HostCompute, fold
 from .schedule import contiguous, step, unshard, zigzag
 
@@ -67,7 +68,7 @@ class TorchRing:
 
 def _check(q, k, v):
     for name, x in (("q", q), ("k", k), ("v", v)):
-        if type(x).__module__.split(".")[0] != "torch":
+        if not kinds.is_torch(x):
             raise TypeError(f"{name} must be a torch tensor, got {type(x).__name__}")
         if str(x.dtype).replace("torch.", "") not in DTYPES:
             raise TypeError(f"{name} has dtype {x.dtype}; supported: {', '.join(DTYPES)}")

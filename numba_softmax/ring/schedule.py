@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..arrays import kinds
+
 __all__ = ["Layout", "Step", "chunk_sizes", "contiguous", "zigzag", "source", "step",
            "schedule", "step_pairs", "rank_flops", "shard", "unshard", "zigzag_shard"]
 
@@ -181,25 +183,12 @@ def _rows(x, start, stop, axis):
     return x[tuple(index)]
 
 
-def _cat(parts, axis):
-    mod = type(parts[0]).__module__.split(".")[0]
-    if mod == "torch":
-        import torch
-
-        return torch.cat(parts, dim=axis)
-    if mod == "cupy":
-        import cupy
-
-        return cupy.concatenate(parts, axis=axis)
-    return np.concatenate(parts, axis=axis)
-
-
 def shard(x, layout, rank, axis=-2):
     """Rank ``rank``'s rows of the whole sequence ``x`` (its pieces, in order): a copy."""
     if x.shape[axis] != layout.total:
         raise ValueError(f"x has {x.shape[axis]} rows on axis {axis}; the layout holds "
                          f"{layout.total}")
-    return _cat([_rows(x, a, b, axis) for a, b in layout.pieces[rank]], axis)
+    return kinds.concatenate([_rows(x, a, b, axis) for a, b in layout.pieces[rank]], axis)
 
 
 def unshard(shards, layout, axis=-2):
@@ -215,7 +204,7 @@ def unshard(shards, layout, axis=-2):
         for a, b in layout.pieces[r]:
             pieces.append((a, _rows(x, offset, offset + b - a, axis)))
             offset += b - a
-    return _cat([rows for _, rows in sorted(pieces, key=lambda p: p[0])], axis)
+    return kinds.concatenate([rows for _, rows in sorted(pieces, key=lambda p: p[0])], axis)
 
 
 def zigzag_shard(x, rank, world, axis=-2):
