@@ -25,9 +25,9 @@ from typing import NamedTuple
 
 from numba import cuda
 
-from ..combine import larger_device, weight_device
 from . import jit, launcher, vector
-from .epilogue import element
+from .epilogue import base, element
+from .ptx import nan_max
 
 
 class Ops(NamedTuple):
@@ -52,16 +52,18 @@ def ops(dtype, vpt, width):
     def state(v):
         m = acc(-math.inf)
         for i in range(vpt):
-            m = larger_device(m, v[i])  # a NaN is kept
+            m = nan_max(m, v[i])  # a NaN is kept (one max.NaN instruction for float32)
+        b = base(m, acc(0.0))
         l = acc(0.0)
         for i in range(vpt):
-            l += weight_device(v[i], m)  # against the chunk's own max: one exp per value
+            l += math.exp(v[i] - b)  # against the chunk's own max: one exp per value
         return m, l
 
     @jit.device
     def normalise(v, m, c, mode):
+        b = base(m, acc(0.0))  # one test a chunk, not one a value
         for i in range(vpt):
-            v[i] = element(v[i], m, c, mode)
+            v[i] = element(v[i], b, c, mode)
 
     @jit.device
     def store(y, row, base, stop, t, team, v):

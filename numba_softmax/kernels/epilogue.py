@@ -8,15 +8,15 @@ branches below vanish from the compiled code.
     LOGSUMEXP    lse   = m + log ℓ                     one value per row, no element pass
 
 Edge rows fall out of the arithmetic, no special cases: a row of all −inf has m = −inf,
-ℓ = 0, so c = 1/0 = inf and exp(−inf − (−inf)) → NaN everywhere, as in PyTorch; a NaN
-or +inf makes ℓ NaN and so the whole row NaN.
+ℓ = 0, so c = 1/0 = inf and exp(−inf − 0) · inf = 0 · inf → NaN everywhere, as in
+PyTorch; a NaN or +inf makes ℓ NaN and so the whole row NaN.
 """
 
 import math
 
 from . import jit
 
-from ..combine import lse_device, weight_device
+from ..combine import lse_device
 
 SOFTMAX, LOG_SOFTMAX, LOGSUMEXP = 0, 1, 2
 MODES = {"softmax": SOFTMAX, "log_softmax": LOG_SOFTMAX, "logsumexp": LOGSUMEXP}
@@ -35,8 +35,19 @@ def row_constant(m, l, one, mode):
 
 
 @jit.device
-def element(x, m, c, mode):
-    """The output for one input value x, given the row's m and constant c."""
+def base(m, zero):
+    """What to subtract before ``exp``: the max m, or 0 where m = −inf.  Every value is −inf
+    then, and exp(−inf − 0) = 0: the NaN of −inf − (−inf) is never formed, with one test
+    for all the values that share m (:func:`.combine.weight` tests each).  ``zero``: 0 in
+    m's type."""
+    return zero if m == -math.inf else m
+
+
+@jit.device
+def element(x, b, c, mode):
+    """The output for one input value x, given the row's :func:`base` b and constant c.
+    (For log_softmax b is m itself but where m = −inf; the output is NaN there either
+    way: c = log 0 = −inf.)"""
     if mode == SOFTMAX:
-        return weight_device(x, m) * c
-    return (x - m) - c
+        return math.exp(x - b) * c
+    return (x - b) - c
