@@ -23,3 +23,27 @@ def kernel_ms(fn, sets, calls=20, rounds=5, sleep_cycles=200_000_000):
         torch.cuda.synchronize()
         out.append(start.elapsed_time(end) / calls)
     return statistics.median(out)
+
+
+class RowSets:
+    """Rows to time a softmax on, rotated past the L2: ``sets`` inputs ``xs`` (fresh
+    normal values), outputs ``ys``, their Numba views ``nx``/``ny``, the float32
+    reference ``want`` of ``xs[0]``; ``gbps(ms)`` counts one read and one write."""
+
+    def __init__(self, rows, n, dtype, l2_bytes=60 * 2**20):
+        from numba import cuda
+
+        self.nbytes = rows * n * torch.tensor([], dtype=dtype).element_size()
+        self.sets = max(2, -(-3 * l2_bytes // (2 * self.nbytes)))
+        self.xs = [torch.randn(rows, n, device="cuda", dtype=dtype) for _ in range(self.sets)]
+        self.ys = [torch.empty_like(x) for x in self.xs]
+        self.nx = [cuda.as_cuda_array(x) for x in self.xs]
+        self.ny = [cuda.as_cuda_array(y) for y in self.ys]
+        self.want = torch.softmax(self.xs[0].float(), -1)
+
+    def gbps(self, ms):
+        return 2 * self.nbytes / ms / 1e6
+
+    def copy_gbps(self):
+        """The device-to-device copy of the same bytes (torch ``copy_``)."""
+        return self.gbps(kernel_ms(lambda i: self.ys[i].copy_(self.xs[i]), self.sets))

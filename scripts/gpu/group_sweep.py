@@ -15,10 +15,9 @@ import os
 import sys
 
 import torch
-from numba import cuda
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import kernel_ms  # noqa: E402
+from _timing import RowSets, kernel_ms  # noqa: E402
 
 from numba_softmax.kernels import group, online  # noqa: E402
 from numba_softmax.kernels.epilogue import SOFTMAX  # noqa: E402
@@ -47,18 +46,9 @@ def main():
     if a.per_sm:
         variants = [(t, None, None, per_sm) for t, per_sm in PER_SM]
     for (rows, n), dt in shapes:
-        nbytes = rows * n * torch.tensor([], dtype=dt).element_size()
-        sets = max(2, -(-3 * 60 * 2**20 // (2 * nbytes)))
-        xs = [torch.randn(rows, n, device="cuda", dtype=dt) for _ in range(sets)]
-        ys = [torch.empty_like(x) for x in xs]
-        nx = [cuda.as_cuda_array(x) for x in xs]
-        ny = [cuda.as_cuda_array(y) for y in ys]
-        want = torch.softmax(xs[0].float(), -1)
-
-        def gbps(ms):
-            return 2 * nbytes / ms / 1e6
-
-        copy = gbps(kernel_ms(lambda i: ys[i].copy_(xs[i]), sets))
+        r = RowSets(rows, n, dt)
+        sets, xs, ys, nx, ny, want, gbps = r.sets, r.xs, r.ys, r.nx, r.ny, r.want, r.gbps
+        copy = r.copy_gbps()
         line = f"{dt} {rows}x{n}: copy {copy:.0f} GB/s"
         torch_ms = kernel_ms(lambda i: torch.softmax(xs[i], -1), sets)
         line += f" | torch {gbps(torch_ms):.0f} ({100 * gbps(torch_ms) / copy:.1f} %)"

@@ -83,7 +83,7 @@ else:
     from numba import types
     from numba.cuda.extending import intrinsic
 
-    from numba_softmax.kernels.mma import _address, _asm, _item, _shared
+    from numba_softmax.kernels.mma import _address, _asm, _item, _plain, _shared
 
     _I32 = ir.IntType(32)
 
@@ -154,17 +154,6 @@ else:
             return context.get_dummy_value()
 
         return types.void(y, row, col, held, count), codegen
-
-    def _plain(text):
-        @intrinsic
-        def op(typingctx):
-            def codegen(context, builder, sig, args):
-                _asm(builder, ir.VoidType(), [], text, "~{memory}", side_effect=True)
-                return context.get_dummy_value()
-
-            return types.void(), codegen
-
-        return op
 
     bulk_commit = _plain("cp.async.bulk.commit_group;")
     bulk_wait_read = _plain("cp.async.bulk.wait_group.read 0;")
@@ -311,24 +300,15 @@ def main():
     import torch
 
     sys.path.insert(0, os.path.dirname(__file__))
-    from _timing import kernel_ms
+    from _timing import RowSets, kernel_ms
 
     print(f"device: {torch.cuda.get_device_name()}")
     shapes = [((1024, 65536), torch.float32), ((256, 262144), torch.float32),
               ((128, 1048576), torch.float32), ((256, 262144), torch.float16)]
     for (rows, n), dt in shapes:
-        nbytes = rows * n * torch.tensor([], dtype=dt).element_size()
-        sets = max(2, -(-3 * 60 * 2**20 // (2 * nbytes)))
-        xs = [torch.randn(rows, n, device="cuda", dtype=dt) for _ in range(sets)]
-        ys = [torch.empty_like(x) for x in xs]
-        nx = [cuda.as_cuda_array(x) for x in xs]
-        ny = [cuda.as_cuda_array(y) for y in ys]
-        want = torch.softmax(xs[0].float(), -1)
-
-        def gbps(ms):
-            return 2 * nbytes / ms / 1e6
-
-        copy = gbps(kernel_ms(lambda i: ys[i].copy_(xs[i]), sets))
+        r = RowSets(rows, n, dt)
+        sets, ys, nx, ny, want, gbps = r.sets, r.ys, r.nx, r.ny, r.want, r.gbps
+        copy = r.copy_gbps()
         shipped = gbps(kernel_ms(lambda i: group.launch(nx[i], ny[i], SOFTMAX), sets))
         print(f"{dt} {rows}x{n}: copy {copy:.0f} GB/s | group as shipped {shipped:.0f} "
               f"({100 * shipped / copy:.1f} %)", flush=True)
