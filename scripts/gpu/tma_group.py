@@ -1,7 +1,7 @@
 """A probe for issue 13: the group kernel with its pieces moved by the tensor memory
 accelerator (TMA) instead of by every thread.  GPU (sm_90) or the simulator; prints only.
 
-    python scripts/gpu/tma_group.py [--configs 256x4,512x2,128x8]
+    python scripts/gpu/tma_group.py [--configs 256x4x2,512x2x2,256x4x1]
 
 The group kernel as shipped (:mod:`numba_softmax.kernels.group`) reaches 64–69 % of copy:
 its threads load their share of the piece through registers, 32 bytes at a time each,
@@ -22,6 +22,12 @@ Per row and block (thread 0 issues, every thread computes):
   3. exchange  post, group barrier, fold the group's posted states — the shipped code;
   4. write     normalise in place; ``fence.proxy.async`` (the generic writes, visible
                to the async proxy); a block barrier; one bulk copy shared → global.
+
+With one buffer a block (tree a26a8ed, NVIDIA H200) the probe was correct and slow:
+29–51 % of copy in float32, every row a chain of waits (docs/algorithms/group.md).  With
+two (the default now; not yet run on a GPU), thread 0 asks for the *next* row's piece,
+into the other buffer, before this row is folded, exchanged and written — each buffer
+with its own mbarrier, whose phase flips every second row.
 
 Needs rows of whole 16-byte pieces: contiguous rows, n·b and each piece a multiple of 16
 bytes, 16-byte aligned data.  Under the simulator the TMA is a copy loop run by thread
@@ -50,22 +56,22 @@ from numba_softmax.kernels.sync import group_barrier
 V = 8  # values a thread takes from shared memory per step of the fold
 
 if simulator_enabled():
-    def mbar_init(bar, count):
-        bar[0] = 0
+    def mbar_init(bar, k, count):
+        bar[k] = 0
 
-    def mbar_expect(bar, nbytes):
+    def mbar_expect(bar, k, nbytes):
         pass
 
-    def mbar_wait(bar, parity):
+    def mbar_wait(bar, k, parity):
         return 1
 
-    def bulk_load(held, x, row, col, count, bar):
+    def bulk_load(held, at, x, row, col, count, bar, k):
         for i in range(count):
-            held[i] = x[row, col + i]
+            held[at + i] = x[row, col + i]
 
-    def bulk_store(y, row, col, held, count):
+    def bulk_store(y, row, col, held, at, count):
         for i in range(count):
-            y[row, col + i] = held[i]
+            y[row, col + i] = held[at + i]
 
     def bulk_commit():
         pass
@@ -90,70 +96,70 @@ else:
     def _u32(context, builder, v, t):
         return builder.trunc(context.cast(builder, v, t, types.int64), _I32)
 
+    def _smem(context, builder, sig, args, a, i):
+        """The 32-bit shared address of args[a][args[i]]."""
+        return _shared(context, builder, sig.args[a], args[a], args[i], sig.args[i])
+
+    def _nbytes(context, builder, sig, args, n, ary):
+        size = context.get_abi_sizeof(context.get_data_type(sig.args[ary].dtype))
+        return builder.mul(_u32(context, builder, args[n], sig.args[n]), ir.Constant(_I32, size))
+
     @intrinsic
-    def mbar_init(typingctx, bar, count):
+    def mbar_init(typingctx, bar, k, count):
         def codegen(context, builder, sig, args):
-            addr = _shared(context, builder, sig.args[0], args[0], context.get_constant(types.intp, 0),
-                           types.intp)
-            _asm(builder, ir.VoidType(), [addr, _u32(context, builder, args[1], sig.args[1])],
+            _asm(builder, ir.VoidType(),
+                 [_smem(context, builder, sig, args, 0, 1), _u32(context, builder, args[2], sig.args[2])],
                  "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}", side_effect=True)
             return context.get_dummy_value()
 
-        return types.void(bar, count), codegen
+        return types.void(bar, k, count), codegen
 
     @intrinsic
-    def mbar_expect(typingctx, bar, nbytes):
+    def mbar_expect(typingctx, bar, k, nbytes):
         def codegen(context, builder, sig, args):
-            addr = _shared(context, builder, sig.args[0], args[0], context.get_constant(types.intp, 0),
-                           types.intp)
-            _asm(builder, ir.VoidType(), [addr, _u32(context, builder, args[1], sig.args[1])],
+            _asm(builder, ir.VoidType(),
+                 [_smem(context, builder, sig, args, 0, 1), _u32(context, builder, args[2], sig.args[2])],
                  "{ .reg .b64 %mbst; mbarrier.arrive.expect_tx.shared::cta.b64 %mbst, [$0], $1; }",
                  "r,r,~{memory}", side_effect=True)
             return context.get_dummy_value()
 
-        return types.void(bar, nbytes), codegen
+        return types.void(bar, k, nbytes), codegen
 
     @intrinsic
-    def mbar_wait(typingctx, bar, parity):
+    def mbar_wait(typingctx, bar, k, parity):
         def codegen(context, builder, sig, args):
-            addr = _shared(context, builder, sig.args[0], args[0], context.get_constant(types.intp, 0),
-                           types.intp)
-            return _asm(builder, _I32, [addr, _u32(context, builder, args[1], sig.args[1])],
+            return _asm(builder, _I32,
+                        [_smem(context, builder, sig, args, 0, 1), _u32(context, builder, args[2], sig.args[2])],
                         "{ .reg .pred %mbp; mbarrier.try_wait.parity.shared::cta.b64 %mbp, [$1], $2; "
                         "selp.u32 $0, 1, 0, %mbp; }", "=r,r,r,~{memory}", side_effect=True)
 
-        return types.uint32(bar, parity), codegen
+        return types.uint32(bar, k, parity), codegen
 
     @intrinsic
-    def bulk_load(typingctx, held, x, row, col, count, bar):
+    def bulk_load(typingctx, held, at, x, row, col, count, bar, k):
         def codegen(context, builder, sig, args):
-            ht, xt, rt, ct, nt, bt = sig.args
-            dst = _shared(context, builder, ht, args[0], context.get_constant(types.intp, 0), types.intp)
-            src = _item(context, builder, xt, args[1], [(args[2], rt), (args[3], ct)])
-            nbytes = builder.mul(_u32(context, builder, args[4], nt),
-                                 ir.Constant(_I32, context.get_abi_sizeof(context.get_data_type(xt.dtype))))
-            mbar = _shared(context, builder, bt, args[5], context.get_constant(types.intp, 0), types.intp)
-            _asm(builder, ir.VoidType(), [dst, _address(builder, src, 1, 64), nbytes, mbar],
+            src = _item(context, builder, sig.args[2], args[2], [(args[3], sig.args[3]), (args[4], sig.args[4])])
+            _asm(builder, ir.VoidType(),
+                 [_smem(context, builder, sig, args, 0, 1), _address(builder, src, 1, 64),
+                  _nbytes(context, builder, sig, args, 5, 2), _smem(context, builder, sig, args, 6, 7)],
                  "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], $2, [$3];",
                  "r,l,r,r,~{memory}", side_effect=True)
             return context.get_dummy_value()
 
-        return types.void(held, x, row, col, count, bar), codegen
+        return types.void(held, at, x, row, col, count, bar, k), codegen
 
     @intrinsic
-    def bulk_store(typingctx, y, row, col, held, count):
+    def bulk_store(typingctx, y, row, col, held, at, count):
         def codegen(context, builder, sig, args):
-            yt, rt, ct, ht, nt = sig.args
-            dst = _item(context, builder, yt, args[0], [(args[1], rt), (args[2], ct)])
-            src = _shared(context, builder, ht, args[3], context.get_constant(types.intp, 0), types.intp)
-            nbytes = builder.mul(_u32(context, builder, args[4], nt),
-                                 ir.Constant(_I32, context.get_abi_sizeof(context.get_data_type(yt.dtype))))
-            _asm(builder, ir.VoidType(), [_address(builder, dst, 1, 64), src, nbytes],
+            dst = _item(context, builder, sig.args[0], args[0], [(args[1], sig.args[1]), (args[2], sig.args[2])])
+            _asm(builder, ir.VoidType(),
+                 [_address(builder, dst, 1, 64), _smem(context, builder, sig, args, 3, 4),
+                  _nbytes(context, builder, sig, args, 5, 0)],
                  "cp.async.bulk.global.shared::cta.bulk_group [$0], [$1], $2;", "l,r,r,~{memory}",
                  side_effect=True)
             return context.get_dummy_value()
 
-        return types.void(y, row, col, held, count), codegen
+        return types.void(y, row, col, held, at, count), codegen
 
     bulk_commit = _plain("cp.async.bulk.commit_group;")
     bulk_wait_read = _plain("cp.async.bulk.wait_group.read 0;")
@@ -162,7 +168,10 @@ else:
 
 
 @functools.cache
-def kernel(dtype, threads, per_sm):
+def kernel(dtype, threads, per_sm, buffers):
+    """``buffers`` 1: a block's piece in one buffer, every row a chain of waits; 2: the
+    next row's piece is already in flight (the other buffer) while this row is folded,
+    exchanged and written."""
     acc = jit.accumulator(dtype)
     to_acc = jit.loader(dtype)
     store = jit.storer(dtype)
@@ -176,37 +185,48 @@ def kernel(dtype, threads, per_sm):
         groups = cuda.gridDim.x // size
         g, b = cuda.blockIdx.x // size, cuda.blockIdx.x % size
         t, T = cuda.threadIdx.x, threads
-        n = x.shape[1]
-        held = cuda.shared.array(0, raw)  # this block's piece, in memory order
-        bar = cuda.shared.array(1, uint64)  # the mbarrier the TMA counts the piece's bytes on
+        n, rows = x.shape[1], x.shape[0]
+        held = cuda.shared.array(0, raw)  # the block's buffers of `piece` values, memory order
+        bar = cuda.shared.array(2, uint64)  # an mbarrier a buffer: the TMA counts its bytes
         m_slots = cuda.shared.array(64, acc)
         l_slots = cuda.shared.array(64, acc)
         v = cuda.local.array(V, acc)
         h0 = b * piece
         count = max(min(h0 + piece, n) - h0, 0)  # values of x[row, h0:h1]
         if t == 0:
-            mbar_init(bar, 1)  # one arrival (thread 0's expect) a phase
-            fence_proxy_async()  # the initialised mbarrier, visible to the TMA
-        cuda.syncthreads()  # the mbarrier exists before anyone waits on it
+            for k in range(buffers):
+                mbar_init(bar, k, 1)  # one arrival (thread 0's expect) a phase
+            fence_proxy_async()  # the initialised mbarriers, visible to the TMA
+        cuda.syncthreads()  # the mbarriers exist before anyone waits on them
+        if buffers == 2 and t == 0 and count > 0 and g < rows:
+            mbar_expect(bar, 0, count * itemsize)  # the prologue: the first row's piece
+            bulk_load(held, 0, x, g, h0, count, bar, 0)
         it, row = 0, g
-        while row < x.shape[0]:
-            # 1. read: the TMA brings the piece; its phase flips when every byte is there
+        while row < rows:
+            cur = it % buffers
+            at = cur * piece  # this row's buffer
+            # 1. read: the TMA brings a piece; a buffer's phase flips when its bytes are in
             if t == 0 and count > 0:
-                bulk_wait_read()  # the last row's store has read its piece out of held
-                mbar_expect(bar, count * itemsize)
-                bulk_load(held, x, row, h0, count, bar)
+                if buffers == 1:
+                    bulk_wait_read()  # the last row's store has read its piece out of held
+                    mbar_expect(bar, 0, count * itemsize)
+                    bulk_load(held, 0, x, row, h0, count, bar, 0)
+                elif row + groups < rows:  # the next row's piece, into the other buffer
+                    bulk_wait_read()  # (whose last store has read it out)
+                    mbar_expect(bar, 1 - cur, count * itemsize)
+                    bulk_load(held, (1 - cur) * piece, x, row + groups, h0, count, bar, 1 - cur)
             cuda.syncthreads()  # (the simulator's copy is done; on the GPU a no-op wait)
             if count > 0:
-                while mbar_wait(bar, it % 2) == 0:
+                while mbar_wait(bar, cur, (it // buffers) % 2) == 0:
                     pass
-            # 2. fold from chip: thread t's values held[t + k·T], V at a time
+            # 2. fold from chip: thread t's values held[at + t + k·T], V at a time
             m, l = acc(-math.inf), acc(0.0)
             i = t
             while i < count:
                 mc = acc(-math.inf)
                 for k in range(V):
                     j = i + k * T
-                    v[k] = to_acc(held[j]) if j < count else acc(-math.inf)
+                    v[k] = to_acc(held[at + j]) if j < count else acc(-math.inf)
                     mc = nan_max(mc, v[k])
                 bc = base(mc, acc(0.0))
                 lc = acc(0.0)
@@ -227,12 +247,12 @@ def kernel(dtype, threads, per_sm):
             bm = base(m, acc(0.0))
             i = t
             while i < count:
-                held[i] = store(math.exp(to_acc(held[i]) - bm) * c)
+                held[at + i] = store(math.exp(to_acc(held[at + i]) - bm) * c)
                 i += T
             fence_proxy_async()  # these writes, visible to the TMA's (async) reads
             cuda.syncthreads()  # every value normalised before the copy out
             if t == 0 and count > 0:
-                bulk_store(y, row, h0, held, count)
+                bulk_store(y, row, h0, held, at, count)
                 bulk_commit()
             it += 1
             row += groups
@@ -242,29 +262,32 @@ def kernel(dtype, threads, per_sm):
     return _sim.cooperative(group_tma)
 
 
-def launch(x, y, threads=256, per_sm=4, shared=None, stream=0):
-    """(plan, run): the TMA group launch on (rows, n) device arrays, float32 or float16."""
+def launch(x, y, threads=256, per_sm=4, buffers=2, unit=None, shared=None, stream=0):
+    """(plan, run): the TMA group launch on (rows, n) device arrays, float32 or float16.
+    Pieces are whole ``unit``s (default a 16-byte vector for every thread, as the shipped
+    kernel's chunks: the same group sizes); each block has ``buffers`` of them."""
     rows, n = x.shape
     itemsize = x.dtype.itemsize
-    unit = 16 // itemsize  # whole 16-byte vectors: every piece and every address
-    if (n * itemsize) % 16:
-        raise ValueError(f"rows of whole 16-byte vectors only; n = {n}")
-    k = kernel(x.dtype, threads, per_sm)
+    vector_values = 16 // itemsize  # whole 16-byte vectors: every piece and every address
+    unit = unit or threads * vector_values
+    if (n * itemsize) % 16 or unit % vector_values:
+        raise ValueError(f"rows and pieces of whole 16-byte vectors only; n = {n}, unit {unit}")
+    k = kernel(x.dtype, threads, per_sm, buffers)
     m_ws, l_ws = split.workspace(1, 1, split.workspace_dtype(x.dtype), stream)
     args = (x, y, 1, 1, m_ws, l_ws, group.counters(1, 1, stream))
     limits = launcher.device_limits()
     cap = min(limits.shared_optin, limits.shared_per_sm // per_sm) - 2048
     if shared is not None:
         cap = min(cap, shared)
-    values = cap // itemsize // unit * unit
-    resident = launcher.max_cooperative_blocks(k, args, threads, values * itemsize)
+    values = cap // buffers // itemsize // unit * unit  # a buffer's values
+    resident = launcher.max_cooperative_blocks(k, args, threads, buffers * values * itemsize)
     resident = min(resident, per_sm * limits.sms)
     size, groups, piece, spill = group.split_row(rows, n, unit, values, resident)
     if spill:
         raise ValueError(f"{rows} x {n}: does not fit on chip ({size} blocks of {piece})")
     m_ws, l_ws = split.workspace(2 * groups, size, split.workspace_dtype(x.dtype), stream)
     args = (x, y, size, piece, m_ws, l_ws, group.counters(size, groups, stream))
-    shared_bytes = piece * itemsize
+    shared_bytes = buffers * piece * itemsize
 
     def run():
         launcher.launch(k, size * groups, threads, stream, args, shared=shared_bytes)
@@ -273,25 +296,29 @@ def launch(x, y, threads=256, per_sm=4, shared=None, stream=0):
 
 
 def simulate():
-    """The simulator's check: a group of three blocks, a 'shared memory' of 256 bytes."""
+    """The simulator's check: groups of two to four blocks, a 'shared memory' of 256 bytes a buffer,
+    several rows a group (the buffers' turns and phases), one and two buffers."""
     rng = np.random.default_rng(0)
-    for rows, n in ((3, 96), (5, 40), (2, 200)):
-        x = rng.standard_normal((rows, n)).astype(np.float32)
-        x[0, 5] = -np.inf
-        dx, dy = cuda.to_device(x), cuda.to_device(np.full_like(x, np.nan))
-        (size, groups, piece), run = launch(dx, dy, threads=32, per_sm=1, shared=256)
-        run()
-        want = np.exp(x - x.max(1, keepdims=True))
-        want /= want.sum(1, keepdims=True)
-        err = np.abs(dy.copy_to_host() - want).max()
-        print(f"sim {rows}x{n}: size {size} groups {groups} piece {piece}: max error {err:.1e}")
-        assert err < 1e-6, err
+    for buffers in (1, 2):
+        for rows, n in ((3, 96), (5, 40), (2, 200), (7, 48)):
+            x = rng.standard_normal((rows, n)).astype(np.float32)
+            x[0, 5] = -np.inf
+            dx, dy = cuda.to_device(x), cuda.to_device(np.full_like(x, np.nan))
+            (size, groups, piece), run = launch(dx, dy, threads=32, per_sm=1, buffers=buffers,
+                                                unit=4, shared=256 * buffers)
+            run()
+            want = np.exp(x - x.max(1, keepdims=True))
+            want /= want.sum(1, keepdims=True)
+            err = np.abs(dy.copy_to_host() - want).max()
+            print(f"sim {buffers} buffer(s) {rows}x{n}: size {size} groups {groups} piece {piece}: "
+                  f"max error {err:.1e}")
+            assert err < 1e-6, err
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--configs", default="256x4,512x2,128x8",
-                   help="threads x blocks a multiprocessor, comma-separated")
+    p.add_argument("--configs", default="256x4x2,256x2x2,512x2x2,128x8x2,256x4x1",
+                   help="threads x blocks a multiprocessor x buffers, comma-separated")
     a = p.parse_args()
     configs = [tuple(int(v) for v in c.split("x")) for c in a.configs.split(",")]
     if simulator_enabled():
@@ -312,10 +339,10 @@ def main():
         shipped = gbps(kernel_ms(lambda i: group.launch(nx[i], ny[i], SOFTMAX), sets))
         print(f"{dt} {rows}x{n}: copy {copy:.0f} GB/s | group as shipped {shipped:.0f} "
               f"({100 * shipped / copy:.1f} %)", flush=True)
-        for threads, per_sm in configs:
-            line = f"  tma {threads}x{per_sm}:"
+        for threads, per_sm, buffers in configs:
+            line = f"  tma {threads}x{per_sm}, {buffers} buffer(s):"
             try:
-                runs = [launch(nx[i], ny[i], threads, per_sm) for i in range(sets)]
+                runs = [launch(nx[i], ny[i], threads, per_sm, buffers) for i in range(sets)]
                 (size, groups, piece), _ = runs[0]
                 ys[0].fill_(float("nan"))
                 runs[0][1]()
