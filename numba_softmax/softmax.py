@@ -65,7 +65,7 @@ def softmax(x, axis=-1, *, method="auto", out=None, stream=None):
         are returned as the same kind on the same device.  ``x`` is never modified.
     axis : int
         The axis to normalise over (negative counts from the end).
-    method : {"auto", "three_pass", "fused", "online", "split", "onchip", "group"}
+    method : {"auto", "three_pass", "fused", "online", "split", "onchip", "group", "cluster"}
         Which kernel (:data:`METHODS`); ``"auto"`` picks by shape and device.
     out : array, optional
         Where to write the result: same kind, shape and dtype as the result.  It may be

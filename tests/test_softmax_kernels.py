@@ -20,7 +20,7 @@ import pytest
 from numba import cuda
 
 from numba_softmax import reference as R
-from numba_softmax.kernels import group, launcher, methods, onchip, vector
+from numba_softmax.kernels import cluster, group, launcher, methods, onchip, vector
 from numba_softmax.kernels.epilogue import LOGSUMEXP, MODES
 
 from _helpers import SIMULATOR, sized
@@ -116,6 +116,8 @@ def case(method, dtype):
         config["splits"] = 2
     if method == "onchip":
         config["shared"] = 4096
+    if method == "cluster":  # two rows, each over a cluster of three blocks (the last ragged)
+        return 2, 2 * chunk + 3, dict(vpt=w, threads=T, size=3)
     return 1, chunk + 3, config
 
 
@@ -294,12 +296,12 @@ def test_no_launch_exceeds_the_kernels_thread_limit(monkeypatch, limit):
     cooperative grid no larger than the device holds at once."""
     launches = []
     limits = launcher.Limits("an H100", sms=132, max_threads=1024, shared_optin=232448,
-                             shared_per_sm=233472, l2_bytes=50 << 20)
+                             shared_per_sm=233472, l2_bytes=50 << 20, cc=(9, 0))
     monkeypatch.setattr(launcher, "device_limits", lambda: limits)
     monkeypatch.setattr(launcher, "max_threads", lambda k, a: limit)
     monkeypatch.setattr(launcher, "max_cooperative_blocks", lambda k, a, b, s=0: 10)
-    monkeypatch.setattr(launcher, "launch", lambda k, g, b, s, a, shared=0:
-                        launches.append((k, g, b, a, shared)))
+    monkeypatch.setattr(launcher, "launch", lambda k, g, b, s, a, shared=0, cluster=1:
+                        launches.append((k, g, b, a, shared, cluster)))
     for dtype in (np.float16, np.uint16, np.float32, np.float64):
         for rows, n in SHAPES:
             x = cuda.device_array((rows, n), dtype)
@@ -309,11 +311,12 @@ def test_no_launch_exceeds_the_kernels_thread_limit(monkeypatch, limit):
                     launches.clear()
                     try:
                         methods.launch(method, mode, x, y)
-                    except ValueError as e:  # a row too long for fused / onchip
-                        assert method in ("fused", "onchip") and "chip" in str(e)
+                    except ValueError as e:  # a row too long for fused / onchip / cluster
+                        assert method in ("fused", "onchip", "cluster"), (method, e)
+                        assert "chip" in str(e) or "shared memory" in str(e)
                         continue
                     assert launches, method
-                    for k, grid, block, args, shared in launches:
+                    for k, grid, block, args, shared, size in launches:
                         assert block <= limit and block & (block - 1) == 0, (method, block)
                         assert shared <= limits.shared_optin
                         if method in ("three_pass", "online"):
@@ -321,6 +324,9 @@ def test_no_launch_exceeds_the_kernels_thread_limit(monkeypatch, limit):
                             assert block % team == 0 and grid * (block // team) >= rows
                         if method == "group":
                             assert grid <= 10 and grid % args[2] == 0  # whole groups
+                        if method == "cluster":  # whole clusters, one a row, pieces cover it
+                            assert grid == rows * size and size * args[2] >= n
+                            assert 1 <= size <= cluster.MAX_SIZE
 
 
 def test_auto_chooses_by_row_bytes():
@@ -330,12 +336,34 @@ def test_auto_chooses_by_row_bytes():
     assert methods.choose(1000, 16384, np.float16, lim) == "fused"
     assert methods.choose(1000, 16384, np.float32, lim) == "onchip"
     assert methods.choose(10, 16384, np.float32, lim) == "group"  # too few rows for the SMs
-    assert methods.choose(1000, 65536, np.float32, lim) == "group"
+    assert methods.choose(1000, 65536, np.float32, lim) == "group"  # no clusters (cc 0.0)
+    hopper = lim._replace(cc=(9, 0))
+    assert methods.choose(1000, 65536, np.float32, hopper) == "cluster"  # 8 blocks a row
+    assert methods.choose(1000, 262144, np.float32, hopper) == "group"  # past 512 KB
+    assert methods.choose(20, 65536, np.float32, hopper) == "group"  # 160 blocks < 2 × 100 SMs
+    assert methods.choose(1000, 16384, np.float32, hopper) == "onchip"
     entry = methods.fit_crossovers(
         [dict(n=n, itemsize=4, rows=1, method=m, gbps=g)
          for n, m, g in [(1024, "fused", 9), (1024, "online", 8), (8192, "fused", 9),
-                         (16384, "onchip", 9), (16384, "fused", 8), (65536, "group", 9)]])
-    assert entry == {"fused": 32768, "onchip": 65536}
+                         (16384, "onchip", 9), (16384, "fused", 8), (65536, "cluster", 9),
+                         (65536, "group", 8), (262144, "group", 9)]])
+    assert entry == {"fused": 32768, "onchip": 65536, "cluster": 262144}
+
+
+def test_cluster_cut_and_refusals():
+    """Pure: pieces of whole units within 32 KB, at most 8 blocks; threads one per 32
+    float32-sized values; no clusters before sm_90; a piece past the shared memory."""
+    assert cluster.cut(65536, 4, 1024) == (8, 8192)
+    assert cluster.cut(16384, 4, 1024) == (2, 8192)
+    assert cluster.cut(262144, 4, 1024) == (8, 32768)  # capped at 8: 128 KB pieces
+    assert cluster.cut(1000, 4, 256, size=3) == (3, 512)
+    assert cluster.threads_for(8192, 4, 1024) == 256 and cluster.threads_for(16384, 4, 1024) == 512
+    assert cluster.threads_for(16384, 2, 1024) == 256 and cluster.threads_for(8192, 4, 128) == 128
+    x = cuda.device_array((2, 1000), np.float32)
+    with pytest.raises(ValueError, match="size must be"):
+        cluster.launch(x, x, MODES["softmax"], size=9)
+    with pytest.raises(ValueError, match="shared memory"):
+        cluster.launch(x, x, MODES["softmax"], threads=T, size=2, shared=100)
 
 
 def test_bad_arguments_are_refused():
@@ -370,10 +398,27 @@ def test_default_launch_on_the_gpu(method, dtype, layout):
 def test_long_rows_on_the_gpu(n):
     rows = sized(1, max(1, (1 << 22) // n))
     x = np.random.default_rng().standard_normal((rows, n)).astype(np.float32)
-    for method in ("onchip", "group", "online", "split"):
-        if method == "onchip" and n * 4 > launcher.device_limits().shared_optin - 1024:
+    lim = launcher.device_limits()
+    for method in ("onchip", "group", "online", "split", "cluster"):
+        if method == "onchip" and n * 4 > lim.shared_optin - 1024:
+            continue
+        if method == "cluster" and (not cluster.supported(lim) or n > 1 << 17):
             continue
         check(run(method, "softmax", x, "float32"), x.astype(np.float64), "softmax", "float32")
+
+
+@pytest.mark.skipif(SIMULATOR, reason="GPU sizes: clusters of 2 … 8 blocks")
+@pytest.mark.parametrize("size", [2, 3, 5, 8])
+def test_cluster_sizes_on_the_gpu(size):
+    """37 ragged rows of 60 001 values over clusters of every kind of size (the last
+    block's piece short), float32 and bfloat16, softmax and logsumexp."""
+    if not cluster.supported(launcher.device_limits()):
+        pytest.skip("no thread-block clusters on this device")
+    values = np.random.default_rng().standard_normal((37, 60_001)) * 3
+    for dtype in ("float32", "bfloat16"):
+        x, exact = stored(values, dtype)
+        for mode in ("softmax", "logsumexp"):
+            check(run("cluster", mode, x, dtype, size=size), exact, mode, dtype)
 
 
 def test_traffic_models():

@@ -11,7 +11,7 @@ import dataclasses
 
 # Bytes each softmax method really moves, in units of M·N·itemsize (reads + writes), when
 # numba_softmax.kernels.methods has no TRAFFIC table of its own.
-TRAFFIC = {"three_pass": 4, "online": 3, "split": 3, "fused": 2, "onchip": 2}
+TRAFFIC = {"three_pass": 4, "online": 3, "split": 3, "fused": 2, "onchip": 2, "cluster": 2}
 TOLERANCE = 1.05  # a figure above 105 % of its ceiling is impossible
 # The rows "x torch" divides by: torch's implementation of the same problem.
 TORCH_IMPLS = ("torch", "torch.sdpa", "torch.backward", "torch.softmax_backward",

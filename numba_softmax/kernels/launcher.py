@@ -13,6 +13,9 @@ This function
   of failing with ``CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES``;
 * opts the kernel in to more than 48 KB of dynamic shared memory when it asks for it
   (``cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)`` on the compiled kernel);
+* launches it in thread-block clusters of ``cluster`` blocks when asked (sm_90: the
+  compiled kernel's ``REQUIRED_CLUSTER_WIDTH`` attribute, so Numba's own launch — and a
+  plan's replay of it — launches clusters; :mod:`.dsmem`);
 * notes the launch while a launch plan is being recorded (:mod:`numba_softmax.plans`).
 
 Cooperative kernels (those calling ``cuda.cg.this_grid().sync()``) are launched
@@ -46,10 +49,11 @@ class Limits(NamedTuple):
     shared_optin: int  # dynamic shared memory one block may opt in to, bytes
     shared_per_sm: int  # shared memory per multiprocessor, bytes
     l2_bytes: int
+    cc: tuple = (0, 0)  # compute capability; (9, 0) and up launch thread-block clusters
 
 
 SIMULATOR_LIMITS = Limits("CUDA simulator", sms=4, max_threads=64, shared_optin=8 * 1024,
-                          shared_per_sm=16 * 1024, l2_bytes=1 << 20)
+                          shared_per_sm=16 * 1024, l2_bytes=1 << 20, cc=(9, 0))
 
 
 def device_limits():
@@ -70,7 +74,7 @@ def _limits_of(device_id):
     return Limits(name, sms=dev.MULTIPROCESSOR_COUNT, max_threads=dev.MAX_THREADS_PER_BLOCK,
                   shared_optin=dev.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                   shared_per_sm=dev.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
-                  l2_bytes=dev.L2_CACHE_SIZE)
+                  l2_bytes=dev.L2_CACHE_SIZE, cc=tuple(dev.compute_capability))
 
 
 def compiled(kernel, args):
@@ -138,9 +142,35 @@ def _allow_shared(kernel, args, shared):
     _OPTED_IN[key] = shared
 
 
-def launch(kernel, grid, block, stream, args, shared=0):
+_CLUSTERED = {}
+
+
+def _require_cluster(kernel, args, cluster):
+    """Make every launch of the compiled kernel one of clusters of ``cluster`` blocks (x)."""
+    k = compiled(kernel, args)
+    cufunc = k._codelibrary.get_cufunc()
+    key = (int(cufunc.handle), cufunc.device.id)
+    if _CLUSTERED.get(key) == cluster:
+        return
+    from cuda.bindings import driver
+
+    a = driver.CUfunction_attribute
+    # (width, height, depth): all three, or the launch fails with INVALID_CLUSTER_SIZE
+    for attr, value in ((a.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, cluster),
+                        (a.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT, 1),
+                        (a.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH, 1)):
+        (err,) = driver.cuKernelSetAttribute(attr, value, cufunc.handle, cufunc.device.id)
+        if int(err) != 0:
+            raise RuntimeError(f"cuKernelSetAttribute({attr.name}, {value}) failed for "
+                               f"{kernel.__name__}: {err}")
+    _CLUSTERED[key] = cluster
+
+
+def launch(kernel, grid, block, stream, args, shared=0, cluster=1):
     """``kernel[grid, block, stream, shared](*args)``: the one place every kernel is
-    launched (see the module docstring for what it checks and notes)."""
+    launched (see the module docstring for what it checks and notes).  ``cluster``: the
+    blocks of a thread-block cluster (sm_90; ``grid`` a multiple of it); a compiled kernel
+    always launches with the cluster size it was first launched with."""
     if not simulator_enabled():
         limit = max_threads(kernel, args)
         if _threads(block) > limit:
@@ -148,6 +178,8 @@ def launch(kernel, grid, block, stream, args, shared=0):
                              f"this compiled kernel's limit of {limit} (its registers per "
                              f"thread); the launch configuration must ask max_threads()")
         _allow_shared(kernel, args, shared)
+        if cluster > 1:
+            _require_cluster(kernel, args, cluster)
     if simulator_enabled():
         with warnings.catch_warnings():  # the simulator computes −inf − (−inf), 1/0 … in
             warnings.simplefilter("ignore", RuntimeWarning)  # NumPy on purpose: not the user's

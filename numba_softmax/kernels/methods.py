@@ -14,13 +14,16 @@ The kernels, from the textbook to the roofline (each a chapter of the docs):
     onchip      v5  the row in shared memory: 1 + 1               ≤ one block's shared memory
     group       v6  the row in a group of blocks' shared memory   any row (re-reads what
                     (cooperative launch, (m, ℓ) exchanged)        does not fit on chip)
+    cluster     v7  the row in a thread-block cluster's shared    ≤ 8 blocks' shared memory
+                    memory, (m, ℓ) exchanged between blocks       (sm_90 and newer)
 
 **How "auto" chooses.**  By the row's size in bytes, against crossovers measured per
 device and kept in ``crossovers.json`` beside this module: ``fused`` while a row is at
 most ``fused`` bytes, then ``onchip`` up to ``onchip`` bytes when there are enough rows
-to give every multiprocessor one, else ``group``.  A device not in the table gets the
-``default`` entry, with ``onchip`` scaled to a third of its shared memory per
-multiprocessor (three blocks each).
+to give every multiprocessor one, then — on a device with thread-block clusters —
+``cluster`` up to ``cluster`` bytes when the clusters' blocks give every multiprocessor
+two, else ``group``.  A device not in the table gets the ``default`` entry, with
+``onchip`` scaled to a third of its shared memory per multiprocessor (three blocks each).
 
 **Regenerating the table.**  The benchmark times every kernel method on rows of 1K to
 1M values (float32; ``rows`` chosen so that each input is 256 MB), and hands its rows —
@@ -42,14 +45,15 @@ import os
 
 import numpy as np
 
-from . import fused, group, launcher, online, onchip, split, three_pass
+from . import cluster, fused, group, launcher, online, onchip, split, three_pass
 from .epilogue import LOGSUMEXP, MODES
 
 KERNELS = {"three_pass": three_pass, "fused": fused, "online": online, "split": split,
-           "onchip": onchip, "group": group}
+           "onchip": onchip, "group": group, "cluster": cluster}
 METHODS = ("auto", *KERNELS)
 DTYPES = tuple(np.dtype(d) for d in (np.float16, np.float32, np.float64, np.uint16))
-PASSES = {"three_pass": 4, "fused": 2, "online": 3, "split": 3, "onchip": 2, "group": 2}
+PASSES = {"three_pass": 4, "fused": 2, "online": 3, "split": 3, "onchip": 2, "group": 2,
+          "cluster": 2}
 """Each value's trips through DRAM (reads + writes) by the kernel's own model, with no
 help from the caches: the traffic bound that the benchmark's "% of bound" divides by."""
 
@@ -77,6 +81,9 @@ def choose(rows, n, dtype, limits):
         return "fused"
     if row_bytes <= entry["onchip"] and rows >= limits.sms:
         return "onchip"
+    if (cluster.supported(limits) and row_bytes <= entry.get("cluster", 0)
+            and rows * cluster.cut(n, np.dtype(dtype).itemsize, 1)[0] >= 2 * limits.sms):
+        return "cluster"
     return "group"
 
 
@@ -95,7 +102,7 @@ def launch(method, mode, x, y, stream=0):
         method = choose(rows, n, x.dtype, launcher.device_limits())
     if rows == 0 or (n == 0 and mode != LOGSUMEXP):
         return method  # nothing to compute
-    if n == 0 and method in ("split", "group", "onchip"):
+    if n == 0 and method in ("split", "group", "onchip", "cluster"):
         method = "online"  # an empty row's logsumexp (−inf): no pieces to cut
     KERNELS[method].launch(x, y, mode, stream=stream)
     return method
@@ -128,21 +135,22 @@ def fit_crossovers(measurements):
     ``rows``, ``method``, ``gbps``): ``fused`` — the longest row (bytes) up to which
     ``fused`` wins every measured length; ``onchip`` — likewise for ``onchip`` among the
     longer rows (only shapes with at least as many rows as multiprocessors count for it,
-    which the caller ensures by its choice of shapes)."""
+    which the caller ensures by its choice of shapes); ``cluster`` likewise after it."""
     best = {}
     for r in measurements:
         key = int(r["n"]) * int(r["itemsize"])
         if key not in best or float(r["gbps"]) > best[key][0]:
             best[key] = (float(r["gbps"]), r["method"])
-    entry = {"fused": 0, "onchip": 0}
-    for name in ("fused", "onchip"):
+    entry = {"fused": 0, "onchip": 0, "cluster": 0}
+    before = 0
+    for name in entry:
         for key in sorted(best):
-            if key <= entry["fused"]:
+            if key <= before:
                 continue
             if best[key][1] != name:
                 break
             entry[name] = key
-    entry["onchip"] = max(entry["onchip"], entry["fused"])
+        entry[name] = before = max(entry[name], before)
     return entry
 
 
@@ -150,7 +158,7 @@ def save_crossovers(device_name, entry):
     """Write ``entry`` (from :func:`fit_crossovers`) into ``crossovers.json``."""
     with open(_TABLE) as f:
         table = json.load(f)
-    table[device_name] = {"fused": int(entry["fused"]), "onchip": int(entry["onchip"])}
+    table[device_name] = {k: int(entry[k]) for k in ("fused", "onchip", "cluster")}
     with open(_TABLE, "w") as f:
         json.dump(table, f, indent=2, sort_keys=True)
         f.write("\n")

@@ -1,0 +1,172 @@
+"""v7 — a row held on chip by a thread-block cluster: rows a few multiprocessors long.
+
+``onchip`` (v5) parks a row in one block's shared memory; a row of 65536 float32 values
+(256 KB) is more than a multiprocessor has.  ``group`` (v6) cuts it over blocks that meet
+through a counter in global memory — an atomic, a spin on L2, a fence: microseconds a
+row in which the block moves no bytes (H200: the same kernel with the group barrier
+removed, wrong but timed, ran 74 % of copy against 68 %).  Hopper (sm_90) launches blocks
+in *clusters* that the hardware runs at once on one GPC, whose blocks may write into each
+other's shared memory and meet at a hardware barrier.  Here a cluster of ``size`` blocks
+takes one row, and no byte of the exchange touches global memory:
+
+    1. read      block b parks x[row, b·piece : (b + 1)·piece] in its shared memory and
+                 folds it into (m_b, ℓ_b) — ``onchip``'s pass 1 on a piece;
+    2. exchange  thread r < size writes (m_b, ℓ_b) into slot b of block r's shared memory
+                 (:mod:`.dsmem`), and the cluster meets at its barrier;
+    3. combine   every block folds the ``size`` slots in the same order with the combiner:
+                 the row's (m, ℓ), bit for bit the same in every block;
+    4. write     each block normalises its parked piece and writes it — pass 2, from chip.
+
+Memory traffic: read N·b, write N·b (the minimum); shared memory a block: its piece,
+padded as ``onchip`` pads a row.  No persistent loop and no cooperative launch: a grid of
+rows × size blocks, and the hardware schedules whole clusters as multiprocessors free up.
+Pieces of ~32 KB (8192 float32 values) in blocks of 256 threads: each thread parks 32
+values, ~6 blocks share a multiprocessor (:func:`configure`); at most 8 blocks a cluster
+(the portable limit), so rows up to ~2 MB; ``auto`` uses it up to 512 KB (float32 rows
+of 131072), where pieces stay ≤ 64 KB.  sm_90 and newer only.
+NumPy twin: :func:`numba_softmax.reference.merge_chunks` (chunks = pieces).
+"""
+
+import functools
+from typing import NamedTuple
+
+import numpy as np
+from numba import cuda
+
+from .. import _sim
+from ..combine import combine_device
+from . import dsmem, jit, launcher, onchip, vector
+from .epilogue import LOGSUMEXP, row_constant
+from .online import VECTORS, stream_state
+from .reduce import team_combine
+
+MAX_SIZE = 8  # blocks a cluster (the portable cluster size)
+PIECE_BYTES = 32 * 1024  # a block's piece, aimed at: ~6 blocks a multiprocessor
+VALUES_PER_THREAD = 32  # threads = piece / this (256 for a 32 KB float32 piece)
+
+
+@functools.cache
+def kernel(dtype, vpt, mode, width, threads, size):
+    acc = jit.accumulator(dtype)
+    fold = stream_state(dtype, vpt, width)
+    keep = onchip.keeper(dtype, vpt, width)
+    write_held = onchip.writer(dtype, vpt, width, mode)
+    store = jit.storer(dtype)
+    raw = vector.storage_type(dtype)
+
+    # registers for full multiprocessors (32 a thread), where ptxas needs no more
+    lean = mode != LOGSUMEXP and np.dtype(dtype).itemsize == 4
+    @jit.kernel(launch_bounds=(threads, max(1, (2048 if lean else 1024) // threads)))
+    def cluster(x, y, piece, stride):
+        dsmem.arrive()  # this block has started (a peer may write into it after wait())
+        b = dsmem.rank(size)
+        row = cuda.blockIdx.x // size
+        t, T = cuda.threadIdx.x, threads
+        n = x.shape[1]
+        held = cuda.shared.array(0, raw)  # this block's piece of the row, on chip
+        m_slots = cuda.shared.array(64, acc)
+        l_slots = cuda.shared.array(64, acc)
+        m_posted = cuda.shared.array(MAX_SIZE, acc)  # slot r: block r's (m_r, ℓ_r)
+        l_posted = cuda.shared.array(MAX_SIZE, acc)
+        h0 = b * piece
+        h1 = min(h0 + piece, n)
+        # 1. read: park the piece and fold it
+        if mode == LOGSUMEXP:
+            m, l = fold(x, row, h0, h1, t, T)  # nothing to keep for one number
+        else:
+            m, l = keep(x, row, h0, h1, held, stride, t, T)
+        m, l = team_combine(m, l, m_slots, l_slots, T)  # the block's (m_b, ℓ_b)
+        dsmem.wait()  # every block of the cluster has started: its slots exist
+        # 2. exchange: (m_b, ℓ_b) into slot b of every block of the cluster
+        if t < size:
+            dsmem.store_remote(m_posted, b, t, size, m)
+            dsmem.store_remote(l_posted, b, t, size, l)
+        dsmem.sync()  # every block's state is in every block's slots (and no block
+        # writes into a peer after this: a block may now finish and leave)
+        # 3. combine: the row's (m, ℓ), folded in the same order by every block
+        m, l = m_posted[0], l_posted[0]
+        for r in range(1, size):
+            m, l = combine_device(m, l, m_posted[r], l_posted[r])
+        c = row_constant(m, l, acc(1.0), mode)
+        # 4. write from chip
+        if mode == LOGSUMEXP:
+            if b == 0 and t == 0:
+                y[row, 0] = store(c)
+        else:
+            write_held(y, row, h0, h1, held, stride, t, T, m, c)
+
+    return _sim.cooperative(cluster)  # (the simulator runs a cluster's blocks at once)
+
+
+class Plan(NamedTuple):
+    """The cluster launch: clusters of ``size`` blocks of ``threads``, one a row; each
+    block parks ``piece`` values, each thread's ``stride`` apart (``shared`` bytes)."""
+
+    kernel: object
+    size: int
+    threads: int
+    piece: int
+    stride: int
+    shared: int
+
+
+def supported(limits):
+    """Whether the device of ``limits`` launches thread-block clusters (sm_90 and up)."""
+    return tuple(limits.cc) >= (9, 0)
+
+
+def cut(n, itemsize, unit, size=None):
+    """(size, piece) for rows of n values: the fewest blocks (at most :data:`MAX_SIZE`)
+    whose pieces of whole ``unit``s stay within :data:`PIECE_BYTES`, or ``size``."""
+    units = -(-n // unit)
+    if size is None:
+        size = min(MAX_SIZE, max(1, -(-n * itemsize // PIECE_BYTES)))
+    return size, -(-units // size) * unit
+
+
+def threads_for(piece, itemsize, cap):
+    """Threads for a piece: one per :data:`VALUES_PER_THREAD` float32-sized values (a
+    power of two, 256 … ``cap``)."""
+    want = piece * itemsize // (4 * VALUES_PER_THREAD)
+    threads = 256
+    while threads < min(want, cap):
+        threads *= 2
+    return min(threads, cap)
+
+
+def configure(x, y, mode, threads=None, vpt=None, shared=None, size=None):
+    """The launch: the row cut into ``size`` pieces (default :func:`cut`), blocks of
+    :func:`threads_for` threads (or ``threads``), at most ``shared`` bytes a block
+    (default: the device's opt-in limit).  ``ValueError`` on a device without clusters or
+    a row whose pieces do not fit."""
+    limits = launcher.device_limits()
+    if not supported(limits):
+        raise ValueError(f"method='cluster' needs thread-block clusters (compute capability "
+                         f"9.0 or newer); this device is {limits.cc}: use method='group'")
+    if size is not None and not 1 <= size <= MAX_SIZE:
+        raise ValueError(f"size must be 1 … {MAX_SIZE}; got {size}")
+    rows, n = x.shape
+    itemsize = x.dtype.itemsize
+    width = vector.vector_width(x) if mode == LOGSUMEXP else vector.vector_width(x, y)
+    vpt = max(vpt or VECTORS * vector.width_for(x.dtype), width)
+    cap = limits.max_threads
+    size, piece = cut(n, itemsize, (threads or 256) * width, size)
+    want = threads or threads_for(piece, itemsize, cap)
+    k, threads = onchip.fit_threads(lambda t: kernel(x.dtype, vpt, mode, width, t, size), x, y,
+                                    want, (x, y, 1, 1))
+    size, piece = cut(n, itemsize, threads * width, size)
+    stride = onchip.stride_for(piece, threads, width)
+    need = 0 if mode == LOGSUMEXP else threads * stride * itemsize
+    room = limits.shared_optin - onchip.STATIC_SHARED if shared is None else shared
+    if need > room:
+        raise ValueError(
+            f"cluster holds a row in {size} blocks' shared memory: a row of {n} values needs "
+            f"{need} bytes a block, the limit is {room}; use method='group' (or 'online')")
+    return Plan(k, size, threads, piece, stride, need)
+
+
+def launch(x, y, mode, threads=None, vpt=None, shared=None, size=None, stream=0):
+    """Run on (rows, n) device arrays; ``y`` is (rows, n), or (rows, 1) for logsumexp."""
+    plan = configure(x, y, mode, threads, vpt, shared, size)
+    launcher.launch(plan.kernel, x.shape[0] * plan.size, plan.threads, stream,
+                    (x, y, plan.piece, plan.stride), shared=plan.shared, cluster=plan.size)
