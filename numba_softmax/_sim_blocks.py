@@ -205,25 +205,6 @@ def _grid_sync(self):
     grid.barrier.wait()
 
 
-def grid_barrier():
-    """Every thread of every block of the running cooperative grid meets (the simulator's
-    stand-in for a cluster barrier: :mod:`.kernels.dsmem`)."""
-    _grid().barrier.wait()
-
-
-def peer_array(ary, rank, size):
-    """The array that block ``rank`` of this block's cluster of ``size`` (consecutive
-    block indices) made at the same ``cuda.shared.array`` line as ``ary``: distributed
-    shared memory, for :func:`.kernels.dsmem.store_remote`."""
-    grid = _grid()
-    me = tuple(threading.current_thread().blockIdx)
-    peer = (me[0] - me[0] % size + rank,) + me[1:]
-    with _lock:
-        mine = grid.shared[me]._allocations
-        line = next(k for k, v in mine.items() if v is ary)
-        return grid.shared[peer]._allocations[line]
-
-
 def _shared(self):
     """``cuda.shared``: one shared memory per block of a cooperative grid (its blocks run
     at once); the simulator's single one otherwise."""

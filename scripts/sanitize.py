@@ -11,11 +11,12 @@ Three ways to run it::
     python scripts/sanitize.py --sim                # CUDA simulator, tiny shapes, no sanitizer
 
 The *workload* runs each kernel — softmax / log_softmax / logsumexp through the
-three-pass, fused, online and split kernels, attention (causal and not), split-KV
-decoding and the merge of partial results — once per shape, on shapes whose edges are
-ragged: rows and columns that are multiples of no block, warp or tile size (1×1, 3×37,
-5×1001, 2×4099; attention Sq/Sk of 1, 37, 129 with D = 40 and 64), rows of all −inf,
-strided and transposed device views.  Each result is compared with the float64 NumPy
+three-pass, fused, online and split kernels (and the cluster kernel on sm_90),
+attention (causal and not), split-KV decoding and the merge of partial results — once
+per shape, on shapes whose edges are ragged: rows and columns that are multiples of no
+block, warp or tile size (1×1, 3×37, 5×1001, 2×4099; 3×20011 over a cluster of three
+blocks; attention Sq/Sk of 1, 37, 129 with D = 40 and 64), rows of all −inf, strided and
+transposed device views.  Each result is compared with the float64 NumPy
 reference; the workload's exit status is 0 when all cases match, 3 otherwise.
 
 The *wrapper* (``--tool`` / ``--all-tools``) re-executes this script as the workload
@@ -131,6 +132,16 @@ def softmax_cases(sim, full):
                         continue
                     name = f"{func_name}:{method}:{np.dtype(dtype).name}:{shape[0]}x{shape[1]}"
                     cases.append(Case(name, make(func_name, method, dtype, shape)))
+
+    # cluster (sm_90 and newer): a row over three blocks of a cluster, the last piece
+    # ragged, a row of −inf; their (m, ℓ) through each other's shared memory
+    from numba_softmax.kernels import cluster, launcher
+
+    if cluster.supported(launcher.device_limits()):
+        shape = (3, 300) if sim else (3, 20011)
+        for func_name in funcs:
+            cases.append(Case(f"{func_name}:cluster:float32:{shape[0]}x{shape[1]}",
+                              make(func_name, "cluster", np.float32, shape)))
 
     # Device views read (and written) in place on a GPU: strides, transposes, offsets that
     # do or do not keep 16-byte alignment (the vector loads), ragged vector tails.

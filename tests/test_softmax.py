@@ -233,3 +233,23 @@ def test_cupy_and_torch_arrays_round_trip():
     np.testing.assert_allclose(t.cpu().numpy(), want, **TOL[np.float32])
     with pytest.raises(ValueError, match="overlaps"):
         ns.softmax(t[:, :-1], out=t[:, 1:])
+
+
+@pytest.mark.skipif(SIMULATOR, reason="GPU sizes: a cluster of eight blocks a row")
+def test_cluster_rows_through_the_public_call_and_its_replays():
+    """Rows that ``auto`` gives to ``cluster`` on sm_90 (8 blocks of 8192 values a row),
+    called four times on one CUDA array: the later calls replay the recorded launch
+    plan, which must launch clusters too (the kernel's cluster attribute, not the call)."""
+    from numba_softmax.kernels import cluster, methods
+
+    limits = launcher.device_limits()
+    if not cluster.supported(limits):
+        pytest.skip("no thread-block clusters on this device")
+    rows = max(37, limits.sms // 2)
+    assert methods.choose(rows, 65536, np.float32, limits) == "cluster"
+    x = (rng().standard_normal((rows, 65536)) * 4).astype(np.float32)
+    d = cuda.to_device(x)
+    want = R.softmax(x.astype(np.float64))
+    for _ in range(4):
+        got = ns.softmax(d).copy_to_host()
+        np.testing.assert_allclose(got, want, **TOL[np.float32])

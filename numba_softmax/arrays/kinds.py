@@ -474,12 +474,11 @@ def cast(x, like):
 
 def concatenate(parts, axis):
     """NumPy, CuPy or PyTorch arrays (all of one library) joined along ``axis``."""
-    mod = type(parts[0]).__module__
-    if mod.startswith("torch"):
+    if is_torch(parts[0]):
         import torch
 
         return torch.cat(parts, dim=axis)
-    if mod.startswith("cupy"):
+    if type(parts[0]).__module__.startswith("cupy"):
         import cupy
 
         return cupy.concatenate(parts, axis=axis)

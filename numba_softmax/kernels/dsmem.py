@@ -29,7 +29,7 @@ from .._sim import simulator_enabled
 if simulator_enabled():
     import threading
 
-    from .. import _sim_blocks
+    from .._sim_blocks import _grid, _lock  # the running cooperative grid (simulator)
 
     def rank(size):
         return threading.current_thread().blockIdx.x % size
@@ -38,13 +38,20 @@ if simulator_enabled():
         pass
 
     def wait():
-        _sim_blocks.grid_barrier()
+        _grid().barrier.wait()  # every thread of every block of the grid
 
     def sync():
-        _sim_blocks.grid_barrier()
+        _grid().barrier.wait()
 
     def store_remote(ary, i, r, size, value):
-        _sim_blocks.peer_array(ary, r, size)[i] = value
+        grid = _grid()
+        me = tuple(threading.current_thread().blockIdx)
+        peer = (me[0] - me[0] % size + r,) + me[1:]  # a cluster: consecutive block indices
+        with _lock:
+            mine = grid.shared[me]._allocations  # this block's arrays, by source line
+            line = next(k for k, v in mine.items() if v is ary)
+            theirs = grid.shared[peer]._allocations[line]
+        theirs[i] = value
 
 else:
     from llvmlite import ir
