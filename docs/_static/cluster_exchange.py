@@ -5,23 +5,18 @@ written into a slot of every block's shared memory, the cluster barrier.
     python docs/_static/cluster_exchange.py    # writes docs/_static/cluster_exchange.svg
 """
 
-from pathlib import Path
-
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
+
+from _figure import arrow, save  # noqa: E402
 
 BLOCKS = 4
 W = 3.2  # a block's width
 GAP = 0.6
 COLORS = ["#4C72B0", "#55A868", "#C44E52", "#8172B2"]
-
-
-def arrow(ax, a, b, color="black", style="-|>", ls="-", lw=1.0):
-    ax.add_patch(FancyArrowPatch(a, b, arrowstyle=style, mutation_scale=10, color=color,
-                                 lw=lw, linestyle=ls, shrinkA=2, shrinkB=2))
 
 
 def slot_x(block, slot):
@@ -89,10 +84,7 @@ def main():
         ax.text(x0 + W / 2, y_fold + 0.25, "fold slots 0…3; normalise piece",
                 ha="center", va="center", fontsize=7.5)
         arrow(ax, (x0 + W / 2, y_blk - 0.35), (x0 + W / 2, y_fold + 0.5), COLORS[b], style="->")
-    fig.tight_layout()
-    out = Path(__file__).with_suffix(".svg")
-    fig.savefig(out, metadata={"Date": None})
-    print(out)
+    save(fig, __file__)
 
 
 if __name__ == "__main__":

@@ -4,22 +4,17 @@ four blocks, the pieces they keep on chip, the spilled tail, the (m, ℓ) worksp
     python docs/_static/group_exchange.py      # writes docs/_static/group_exchange.svg
 """
 
-from pathlib import Path
-
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
+
+from _figure import arrow, save  # noqa: E402
 
 BLOCKS = 4
 HELD, SPILL = 3.0, 1.0  # widths of one block's held piece and spilled share
 COLORS = ["#4C72B0", "#55A868", "#C44E52", "#8172B2"]
-
-
-def arrow(ax, a, b, color="black", style="-|>", ls="-"):
-    ax.add_patch(FancyArrowPatch(a, b, arrowstyle=style, mutation_scale=10, color=color,
-                                 lw=1.0, linestyle=ls, shrinkA=2, shrinkB=2))
 
 
 def main():
@@ -81,10 +76,7 @@ def main():
         for k in range(BLOCKS):
             arrow(ax, (ws_x0 + k * 1.2 + 0.6, y_ws - 0.4), (xc + 0.3 + k * 0.8, y_fold + 0.45),
                   COLORS[k], style="->")
-    fig.tight_layout()
-    out = Path(__file__).with_suffix(".svg")
-    fig.savefig(out, metadata={"Date": None})
-    print(out)
+    save(fig, __file__)
 
 
 if __name__ == "__main__":
