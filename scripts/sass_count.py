@@ -29,10 +29,10 @@ if len(sys.argv) > 1:
 import numpy as np  # noqa: E402
 import numba.cuda.dispatcher as _disp  # noqa: E402
 from numba import cuda  # noqa: E402
-from numba.cuda.types import float16, float32, float64, int64  # noqa: E402
+from numba.cuda.types import float16, float32, float64, int64, uint16  # noqa: E402
 
 _disp.get_current_device = lambda: _t.SimpleNamespace(compute_capability=(9, 0))  # no GPU here
-F32, F16, F64 = (np.dtype(t) for t in (np.float32, np.float16, np.float64))
+F32, F16, F64, U16 = (np.dtype(t) for t in (np.float32, np.float16, np.float64, np.uint16))
 GROUP_ARGS = (int64, int64, int64, int64, float32[:, :], float32[:, :], int64[:])
 # name: (module, factory, factory arguments, signature); mode 0 = softmax
 CASES = {
@@ -42,6 +42,11 @@ CASES = {
     "onchip f32": ("onchip", (F32, 8, 0, 4, 512), (float32[:, :], float32[:, :], int64)),
     "group f32": ("group", (F32, 8, 0, 4, 256, False), (float32[:, :], float32[:, :]) + GROUP_ARGS),
     "group f16": ("group", (F16, 16, 0, 8, 256, False), (float16[:, :], float16[:, :]) + GROUP_ARGS),
+    "cluster f32": ("cluster", (F32, 8, 0, 4, 256, 8), (float32[:, :], float32[:, :], int64, int64)),
+    "cluster f16": ("cluster", (F16, 16, 0, 8, 256, 8), (float16[:, :], float16[:, :], int64, int64)),
+    "cluster bf16": ("cluster", (U16, 16, 0, 8, 256, 8), (uint16[:, :], uint16[:, :], int64, int64)),
+    "online bf16": ("online", (U16, 16, 0, 8), (uint16[:, :], uint16[:, :], int64)),
+    "online f16": ("online", (F16, 16, 0, 8), (float16[:, :], float16[:, :], int64)),
 }
 OPS = ["FMNMX", "FSETP", "PLOP3", "FSEL", "MUFU", "FADD", "FMUL", "FFMA", "LDG", "STG", "LDS", "STS"]
 

@@ -78,18 +78,16 @@ if simulator_enabled():  # the simulator's libdevice has no bit casts: NumPy vie
         return np.uint16(((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF)
 
 else:
+    from .ptx import bf16_rn
 
     def _bf16_to_f32(bits):
         """float32 whose upper 16 bits are ``bits`` (exact: bfloat16 is a truncated float32)."""
         return libdevice.int_as_float(numba.int32(numba.uint32(bits) << numba.uint32(16)))
 
     def _f32_to_bf16(x):
-        """The bfloat16 bits nearest to float32 ``x`` (ties to even; a NaN stays a NaN)."""
-        b = numba.uint32(libdevice.float_as_int(numba.float32(x)))
-        if (b & numba.uint32(0x7FFFFFFF)) > numba.uint32(0x7F800000):
-            return numba.uint16((b >> numba.uint32(16)) | numba.uint32(0x40))  # quiet NaN
-        b += numba.uint32(0x7FFF) + ((b >> numba.uint32(16)) & numba.uint32(1))
-        return numba.uint16(b >> numba.uint32(16))
+        """The bfloat16 bits nearest to float32 ``x`` (ties to even; a NaN stays a NaN):
+        one ``cvt.rn.bf16.f32`` (:mod:`.ptx`; the simulator's twin above spells it out)."""
+        return bf16_rn(numba.float32(x))
 
 
 _bf16_load = device(_bf16_to_f32)

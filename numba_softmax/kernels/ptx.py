@@ -1,4 +1,4 @@
-"""One PTX instruction Numba does not emit: ``max.NaN.f32``.
+"""Two PTX instructions Numba does not emit: ``max.NaN.f32`` and ``cvt.rn.bf16.f32``.
 
 The row max of attention must keep a NaN, whichever side it is on (:func:`.combine.larger`);
 written in Python that is two compares, an ``or`` and a select per score.  Since sm_80 the
@@ -6,6 +6,12 @@ hardware has the instruction: ``max.NaN.f32 d, a, b`` is NaN when a or b is, els
 larger.  :func:`nan_max` emits it through inline PTX for float32 (and falls back to
 :func:`.combine.larger` for other types); under the CUDA simulator it *is*
 :func:`.combine.larger`.
+
+bfloat16 values are stored as uint16 bits, and rounding a float32 to them written in
+Python is ~8 integer instructions (a NaN test, the tie-to-even add, a shift).  Since sm_80
+``cvt.rn.bf16.f32`` does it in one, with the same rounding (to nearest, ties to even; a
+NaN stays a NaN, its payload the hardware's): :func:`bf16_rn`, device only —
+:func:`.jit.storer` uses it on the GPU and its Python twin under the simulator.
 """
 
 from .._sim import simulator_enabled
@@ -37,3 +43,14 @@ else:
         if a == types.float32 and b == types.float32:
             return lambda a, b: _max_nan_f32(a, b)
         return lambda a, b: larger_device(a, b)
+
+    @intrinsic
+    def bf16_rn(typingctx, x):
+        """The bfloat16 bits (uint16) nearest to float32 ``x``: ``cvt.rn.bf16.f32``."""
+
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.IntType(16), [ir.FloatType()]),
+                               "cvt.rn.bf16.f32 $0, $1;", "=h,f", side_effect=False)
+            return builder.call(asm, [context.cast(builder, args[0], sig.args[0], types.float32)])
+
+        return types.uint16(x), codegen
