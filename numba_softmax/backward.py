@@ -17,7 +17,7 @@ from .arrays.rows import Finish, Out, Rows, check_alias
 from .attention import _check_scale, _check_window, _describe_all
 from .kernels import attention_backward as _attention_kernel
 from .kernels import attention_backward_tc as _tensor_cores
-from .kernels import softmax_backward as _rows_kernel
+from .kernels import softmax_backward_launch as _rows_kernel
 from .kernels.epilogue import LOG_SOFTMAX, SOFTMAX
 
 __all__ = ["softmax_backward", "log_softmax_backward", "attention_backward"]

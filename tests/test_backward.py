@@ -14,7 +14,7 @@ from numba import cuda
 from numba_softmax import reference as R
 from numba_softmax.backward import attention_backward, log_softmax_backward, softmax_backward
 from numba_softmax.kernels import attention_backward as KA
-from numba_softmax.kernels import softmax_backward as KS
+from numba_softmax.kernels import softmax_backward_launch as KS
 from numba_softmax.kernels.epilogue import LOG_SOFTMAX, SOFTMAX
 
 from _helpers import SIMULATOR, sized, to_host
@@ -149,6 +149,7 @@ PLANS = sized(
      ("log_softmax", 1, 520, KS.Plan("split", 32, splits=3))],
     [(name, rows, n, plan) for name in MODES for rows, n, plan in [
         (37, 760, None), (199, 1128, None), (37, 5000, None), (20, 70000, None), (3, 300000, None),
+        (37, 100001, None),  # sm_90: a cluster of 7 blocks a row
         (5, 5000, KS.Plan("two_pass", 256)), (3, 40000, KS.Plan("split", 256, splits=7))]])
 
 
@@ -191,6 +192,37 @@ def test_storage_types(dtype, name, plan):
     np.testing.assert_allclose(got.astype(np.float64), want, err_msg=f"seed {seed}", **TOL[dtype])
 
 
+@pytest.mark.parametrize("dtype", [F32, F16, BF16])
+@pytest.mark.parametrize("name", list(MODES))
+def test_cluster_form(dtype, name):
+    """A row over a cluster of blocks whose sums meet in each other's shared memory: three
+    blocks of 32 threads (simulator) or five of 256 (GPU), the last piece ragged.  Every
+    block adds the posted sums in one order, so each row's c is one number (within
+    rounding of the other forms')."""
+    if not SIMULATOR and tuple(KS.launcher.device_limits().cc) < (9, 0):
+        pytest.skip("no thread-block clusters on this device")
+    rng, seed = fresh()
+    rows, n, plan = sized((2, 700, KS.Plan("cluster", 32, 8, 3)),
+                          (37, 19001, KS.Plan("cluster", 256, 16, 5)))
+    y, dy, want = row_case(rng, name, rows, n, dtype)
+    got = run_rows(name, y, dy, plan)
+    got = from_bf16(got) if dtype == BF16 else got.astype(np.float64)
+    allowed = TOL[dtype]["atol"] + TOL[dtype]["rtol"] * np.abs(want)
+    if dtype == F32:
+        allowed = allowed + rounding_bound(name, y, dy)
+    bad = ~(np.abs(got - want) <= allowed)  # NaN (poison left) fails too
+    assert not bad.any(), f"seed {seed}: {bad.sum()} of {bad.size} beyond the bound"
+
+
+def test_cluster_plan_refusals():
+    """A forced cluster plan that does not cover the row, or of more than 8 blocks."""
+    y = cuda.to_device(np.zeros((2, 700), np.float32))
+    with pytest.raises(ValueError, match="does not fit"):
+        KS.launch(SOFTMAX, y, y, cuda.device_array_like(y), plan_=KS.Plan("cluster", 32, 8, 2))
+    with pytest.raises(ValueError, match="1 … 8 blocks"):
+        KS.launch(SOFTMAX, y, y, cuda.device_array_like(y), plan_=KS.Plan("cluster", 32, 1, 22))
+
+
 def test_strided_rows_without_vectors():
     """Column stride 2 and an odd row stride: W = 1, plain loads; the kernels read strides."""
     rng, seed = fresh()
@@ -210,6 +242,14 @@ def test_plan_picks_by_row_length():
     assert KS.plan(100, 16384, F64, 2, 1024, 132).form == "two_pass"  # half the values in float64
     assert KS.plan(8, 1 << 20, F32, 4, 1024, 132).form == "split"
     assert KS.plan(100, 4000, F32, 4, 256, 132) == KS.Plan("block", 256, 16)  # the kernel's limit
+    # sm_90: a cluster of blocks a row, while 8 blocks' registers hold it and the clusters
+    # fill the device
+    assert KS.plan(100, 65536, F32, 4, 1024, 132, True) == KS.Plan("cluster", 512, 16, 8)
+    assert KS.plan(100, 20000, F32, 4, 1024, 132, True) == KS.Plan("cluster", 256, 16, 5)
+    assert KS.plan(100, 131072, F32, 4, 1024, 132, True) == KS.Plan("cluster", 1024, 16, 8)
+    assert KS.plan(100, 65536, F64, 2, 1024, 132, True) == KS.Plan("cluster", 1024, 8, 8)
+    assert KS.plan(100, 131073, F32, 4, 1024, 132, True).form == "two_pass"  # too long
+    assert KS.plan(8, 65536, F32, 4, 1024, 132, True).form == "split"  # 64 blocks: too few
 
 
 # --- the public row API -------------------------------------------------------------------

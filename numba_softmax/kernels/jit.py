@@ -77,8 +77,14 @@ if simulator_enabled():  # the simulator's libdevice has no bit casts: NumPy vie
             return np.uint16((b >> 16) | 0x40)
         return np.uint16(((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF)
 
+    def _f16_bits_to_f32(bits):
+        return np.float32(np.array([bits], np.uint16).view(np.float16)[0])
+
+    def _f32_to_f16_bits(x):
+        return np.array([x], np.float16).view(np.uint16)[0]
+
 else:
-    from .ptx import bf16_rn
+    from .ptx import bf16_rn, f16_bits_to_f32, f32_to_f16_bits
 
     def _bf16_to_f32(bits):
         """float32 whose upper 16 bits are ``bits`` (exact: bfloat16 is a truncated float32)."""
@@ -90,8 +96,19 @@ else:
         return bf16_rn(numba.float32(x))
 
 
+    def _f16_bits_to_f32(bits):
+        """The float16 value whose bits are ``bits``, as float32: one ``cvt.f32.f16``."""
+        return f16_bits_to_f32(bits)
+
+    def _f32_to_f16_bits(x):
+        """The bits of the float16 nearest to float32 ``x``: one ``cvt.rn.f16.f32``."""
+        return f32_to_f16_bits(numba.float32(x))
+
+
 _bf16_load = device(_bf16_to_f32)
 _bf16_store = device(_f32_to_bf16)
+_f16_bits_load = device(_f16_bits_to_f32)
+_f16_bits_store = device(_f32_to_f16_bits)
 
 
 def loader(dtype):
@@ -118,6 +135,16 @@ def storer(dtype):
         return out(value)
 
     return store
+
+
+def bits_loader(dtype):
+    """:func:`loader` for a 16-bit ``dtype`` (float16 or bfloat16) held as its uint16 bits."""
+    return _bf16_load if storage(dtype) == BFLOAT16 else _f16_bits_load
+
+
+def bits_storer(dtype):
+    """:func:`storer` into the uint16 bits of a 16-bit ``dtype`` (float16 or bfloat16)."""
+    return _bf16_store if storage(dtype) == BFLOAT16 else _f16_bits_store
 
 
 def _udivmod(a, n):

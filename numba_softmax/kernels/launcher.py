@@ -111,7 +111,26 @@ def _threads(block):
     return n
 
 
-_OPTED_IN = {}
+_SET = {}  # (cufunc handle, device, what) -> the value set on that compiled kernel
+
+
+def _set_attributes(kernel, args, what, value, attributes, covers=lambda old, new: old == new):
+    """Set ``attributes`` ((name, value) pairs of ``CUfunction_attribute``) on the compiled
+    kernel, once per device for ``what`` set to ``value``: not again while the value set
+    last ``covers`` the one asked for."""
+    cufunc = compiled(kernel, args)._codelibrary.get_cufunc()  # numba-cuda: the CUkernel
+    key = (int(cufunc.handle), cufunc.device.id, what)
+    if key in _SET and covers(_SET[key], value):
+        return
+    from cuda.bindings import driver
+
+    for name, v in attributes:
+        attr = getattr(driver.CUfunction_attribute, name)
+        (err,) = driver.cuKernelSetAttribute(attr, v, cufunc.handle, cufunc.device.id)
+        if int(err) != 0:
+            raise RuntimeError(f"cuKernelSetAttribute({name}, {v}) failed for "
+                               f"{kernel.__name__}: {err}")
+    _SET[key] = value
 
 
 def _allow_shared(kernel, args, shared):
@@ -120,57 +139,32 @@ def _allow_shared(kernel, args, shared):
     kernel and device (without it the launch fails: CUDA_ERROR_INVALID_VALUE)."""
     if shared == 0 or simulator_enabled():
         return
-    k = compiled(kernel, args)
-    static = k.shared_mem_per_block  # the kernel's cuda.shared.array()s of fixed size
+    static = compiled(kernel, args).shared_mem_per_block  # its fixed-size shared arrays
     if shared + static <= STATIC_SHARED_LIMIT:
-        return
-    cufunc = k._codelibrary.get_cufunc()  # numba-cuda holds the CUkernel handle here
-    key = (int(cufunc.handle), cufunc.device.id)
-    if _OPTED_IN.get(key, 0) >= shared:
         return
     limit = device_limits().shared_optin
     if shared + static > limit:
         raise ValueError(f"{kernel.__name__} asks for {shared} bytes of shared memory and "
                          f"has {static} of its own; this device allows {limit} per block")
-    from cuda.bindings import driver
-
-    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    (err,) = driver.cuKernelSetAttribute(attr, shared, cufunc.handle, cufunc.device.id)
-    if int(err) != 0:
-        raise RuntimeError(f"cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, {shared}) "
-                           f"failed for {kernel.__name__}: {err}")
-    _OPTED_IN[key] = shared
-
-
-_CLUSTERED = {}
+    _set_attributes(kernel, args, "shared", shared,
+                    [("CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", shared)],
+                    covers=lambda old, new: old >= new)  # a larger opt-in allows less
 
 
 def _require_cluster(kernel, args, cluster):
-    """Make every launch of the compiled kernel one of clusters of ``cluster`` blocks (x)."""
-    k = compiled(kernel, args)
-    cufunc = k._codelibrary.get_cufunc()
-    key = (int(cufunc.handle), cufunc.device.id)
-    if _CLUSTERED.get(key) == cluster:
-        return
-    from cuda.bindings import driver
-
-    a = driver.CUfunction_attribute
-    # (width, height, depth): all three, or the launch fails with INVALID_CLUSTER_SIZE
-    for attr, value in ((a.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, cluster),
-                        (a.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT, 1),
-                        (a.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH, 1)):
-        (err,) = driver.cuKernelSetAttribute(attr, value, cufunc.handle, cufunc.device.id)
-        if int(err) != 0:
-            raise RuntimeError(f"cuKernelSetAttribute({attr.name}, {value}) failed for "
-                               f"{kernel.__name__}: {err}")
-    _CLUSTERED[key] = cluster
+    """Make every launch of the compiled kernel one of clusters of ``cluster`` blocks (x):
+    (width, height, depth) all three, or the launch fails with INVALID_CLUSTER_SIZE."""
+    _set_attributes(kernel, args, "cluster", cluster,
+                    [("CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH", cluster),
+                     ("CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT", 1),
+                     ("CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH", 1)])
 
 
 def launch(kernel, grid, block, stream, args, shared=0, cluster=1):
     """``kernel[grid, block, stream, shared](*args)``: the one place every kernel is
     launched (see the module docstring for what it checks and notes).  ``cluster``: the
-    blocks of a thread-block cluster (sm_90; ``grid`` a multiple of it); a compiled kernel
-    always launches with the cluster size it was first launched with."""
+    blocks of a thread-block cluster (sm_90; ``grid`` a multiple of it), set on the
+    compiled kernel whenever it differs from the size its last launch asked for."""
     if not simulator_enabled():
         limit = max_threads(kernel, args)
         if _threads(block) > limit:

@@ -52,6 +52,20 @@ if simulator_enabled():
 
         return load, store
 
+    @functools.cache
+    def words():
+        def load_words(x, row, j, w, offset):
+            for k in range(4):
+                w[offset + k] = (np.uint32(x[row, j + 2 * k])
+                                 | np.uint32(x[row, j + 2 * k + 1]) << np.uint32(16))
+
+        def store_words(y, row, j, w, offset):
+            for k in range(4):
+                y[row, j + 2 * k] = np.uint16(w[offset + k] & np.uint32(0xFFFF))
+                y[row, j + 2 * k + 1] = np.uint16(w[offset + k] >> np.uint32(16))
+
+        return load_words, store_words
+
 else:
     from llvmlite import ir
     from numba import types
@@ -128,6 +142,47 @@ else:
             return types.void(y, row, j, v, offset), codegen
 
         return load, store
+
+
+    @functools.cache
+    def words():
+        """``load_words(x, row, j, w, offset)``: the 16 bytes at x[row, j] (a uint16 array)
+        as four 32-bit words, w[offset + k] = x[row, j + 2k] | x[row, j + 2k + 1] << 16;
+        ``store_words(y, row, j, w, offset)``, its inverse."""
+        i32x4 = ir.VectorType(ir.IntType(32), 4)
+
+        def pointer(context, builder, sig, args):
+            xt, rt, jt = sig.args[:3]
+            ptr = _element_pointer(context, builder, xt, args[0], args[1], rt, args[2], jt)
+            return builder.addrspacecast(builder.bitcast(ptr, ir.PointerType(i32x4)),
+                                         ir.PointerType(i32x4, 1))
+
+        @intrinsic
+        def load_words(typingctx, x, row, j, w, offset):
+            def codegen(context, builder, sig, args):
+                vec = builder.load(pointer(context, builder, sig, args), align=VECTOR_BYTES)
+                for k in range(4):
+                    value = builder.extract_element(vec, ir.Constant(ir.IntType(32), k))
+                    builder.store(value, _local_pointer(context, builder, sig.args[3], args[3],
+                                                        args[4], sig.args[4], k))
+                return context.get_dummy_value()
+
+            return types.void(x, row, j, w, offset), codegen
+
+        @intrinsic
+        def store_words(typingctx, y, row, j, w, offset):
+            def codegen(context, builder, sig, args):
+                vec = ir.Constant(i32x4, None)
+                for k in range(4):
+                    value = builder.load(_local_pointer(context, builder, sig.args[3], args[3],
+                                                        args[4], sig.args[4], k))
+                    vec = builder.insert_element(vec, value, ir.Constant(ir.IntType(32), k))
+                builder.store(vec, pointer(context, builder, sig, args), align=VECTOR_BYTES)
+                return context.get_dummy_value()
+
+            return types.void(y, row, j, w, offset), codegen
+
+        return load_words, store_words
 
 
 def storage_type(dtype):

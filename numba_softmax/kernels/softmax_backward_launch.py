@@ -1,0 +1,116 @@
+"""The launch configuration of the row backward (:mod:`.softmax_backward`): which form
+runs a (rows, n) problem, with how many threads and values a thread, and the one function
+that launches it."""
+
+from typing import NamedTuple
+
+import numpy as np
+
+from . import launcher, pairs, vector
+from .chunk import pow2_ceil
+from .jit import accumulator
+from .launcher import scratch
+from .softmax_backward import CHUNK_VPT, MAX_CLUSTER, MAX_VPT, one_pass, split, two_pass
+
+
+class Plan(NamedTuple):
+    """How a (rows, n) problem is run: ``form`` is "warp", "block" or "cluster" (one
+    pass), "two_pass" or "split"; ``threads`` per block; ``vpt`` values per thread (one
+    pass); ``splits`` pieces per row (split), or blocks per cluster (cluster)."""
+
+    form: str
+    threads: int
+    vpt: int = 0
+    splits: int = 1
+
+
+def max_vpt(dtype, width, warp=False):
+    """Values of *each* tensor one thread may hold in the one-pass kernel: ``MAX_VPT``
+    float32 (58 registers a thread in a block of 1024), half as many float64, twice as
+    many float16 / bfloat16 where they are held in pairs (:mod:`.pairs`); twice that for
+    a warp per row, whose small blocks may use more registers."""
+    itemsize = np.dtype(dtype).itemsize
+    vpt = MAX_VPT * 4 // (itemsize if pairs.packed(dtype, width) else max(itemsize, 4))
+    return 2 * vpt if warp else vpt
+
+
+def plan(rows, n, dtype, width, max_threads, sms, clusters=False):
+    """The form and sizes for (rows, n): a warp per row while 32·VPT values hold it; a
+    block per row while ``max_threads``·VPT do; with ``clusters`` (sm_90), a cluster of up
+    to 8 blocks per row while their registers hold it and the clusters fill the device;
+    else two passes, or split for fewer rows than half the multiprocessors."""
+    whole = lambda v: max(pow2_ceil(v), width)  # noqa: E731  (a whole number of vectors)
+    if n <= 32 * max_vpt(dtype, width, warp=True):
+        return Plan("warp", 32 * max(1, min(4, max_threads // 32)), whole(-(-n // 32)))
+    for threads in (64, 128, 256, 512, 1024):
+        if threads <= max_threads and n <= threads * max_vpt(dtype, width):
+            return Plan("block", threads, whole(-(-n // threads)))
+    for threads in (256, 512, 1024) if clusters else ():
+        size = -(-n // (threads * max_vpt(dtype, width)))
+        if threads <= max_threads and size <= MAX_CLUSTER:
+            vpt = whole(-(-n // (size * threads)))
+            size = -(-n // (threads * vpt))  # no empty trailing block
+            if rows * size >= sms:
+                return Plan("cluster", threads, vpt, size)
+    threads = 1024
+    while threads > max_threads:
+        threads //= 2
+    if rows >= sms // 2:
+        return Plan("two_pass", threads)
+    chunk = threads * max(CHUNK_VPT, width)
+    return Plan("split", threads, splits=max(1, min(-(-n // chunk), -(-4 * sms // rows))))
+
+
+def kernels_for(p, dtype, mode, width):
+    """The compiled kernel(s) of a plan, in launch order."""
+    if p.form in ("warp", "block", "cluster"):
+        row_threads = 32 if p.form == "warp" else p.threads
+        size = p.splits if p.form == "cluster" else 1
+        return (one_pass(dtype, mode, p.threads, p.vpt, row_threads, width, size),)
+    if p.form == "two_pass":
+        return (two_pass(dtype, mode, p.threads, width),)
+    return split(dtype, mode, p.threads, width)
+
+
+def launch(mode, dy, y, dx, stream=0, plan_=None):
+    """dx from (dy, y): three (rows, n) device arrays of one storage dtype (float16,
+    uint16 = bfloat16, float32, float64), any strides; ``mode`` SOFTMAX or LOG_SOFTMAX.
+    ``plan_``: a :class:`Plan` to force (tests, timing); default :func:`plan`, sized to the
+    compiled kernels' own thread limits."""
+    rows, n = y.shape
+    if rows == 0 or n == 0:
+        return
+    width = vector.vector_width(dy, y, dx)
+    dtype = y.dtype
+    if pairs.packed(dtype, width) and dtype == np.float16:  # held as bits (:mod:`.pairs`)
+        dy, y, dx = (a.view(np.uint16) for a in (dy, y, dx))
+    limits = launcher.device_limits()
+    max_threads = limits.max_threads
+    while True:
+        p = plan_ or plan(rows, n, dtype, width, max_threads, limits.sms,
+                          tuple(limits.cc) >= (9, 0))
+        ks = kernels_for(p, dtype, mode, width)
+        args, ws = [(dy, y, dx)], None
+        if p.form == "split":
+            chunk = p.threads * max(CHUNK_VPT, width)
+            piece = -(-n // p.splits)
+            piece = -(-piece // chunk) * chunk  # whole chunks: every piece starts aligned
+            splits = -(-n // piece)  # no empty trailing pieces
+            ws = scratch((rows, splits), accumulator(dtype).name, stream, "row sums")
+            args = [(dy, y, piece, ws), (dy, y, dx, piece, ws)]
+        fits = min(launcher.max_threads(k, a) for k, a in zip(ks, args))
+        if plan_ is not None or p.threads <= fits:
+            break
+        max_threads = fits  # registers allow fewer threads: plan again within them
+    size = p.splits if p.form == "cluster" else 1
+    held = {"warp": 32, "block": p.threads, "cluster": p.threads * size}.get(p.form)
+    if held is not None and held * p.vpt < n:
+        raise ValueError(f"the one-pass form holds {p.vpt} values a thread; a row of {n} "
+                         f"does not fit")
+    if p.form == "cluster" and not 1 <= size <= MAX_CLUSTER:
+        raise ValueError(f"a cluster has 1 … {MAX_CLUSTER} blocks; got {size}")
+    grid = -(-rows // (p.threads // 32)) if p.form == "warp" else rows * size
+    if ws is not None:
+        grid = (rows, ws.shape[1])
+    for k, a in zip(ks, args):
+        launcher.launch(k, grid, p.threads, stream, a, cluster=size)
