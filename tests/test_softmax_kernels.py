@@ -116,8 +116,8 @@ def case(method, dtype):
         config["splits"] = 2
     if method == "onchip":
         config["shared"] = 4096
-    if method == "cluster":  # two rows, each over a cluster of three blocks (the last ragged)
-        return 2, 2 * chunk + 3, dict(vpt=w, threads=T, size=3)
+    if method == "cluster":  # two rows, each over a cluster of three blocks (the last ragged),
+        return 2, 2 * chunk + 3, dict(vpt=w, threads=T, size=3, registers=False)  # parked
     return 1, chunk + 3, config
 
 
@@ -339,7 +339,8 @@ def test_auto_chooses_by_row_bytes():
     assert methods.choose(1000, 65536, np.float32, lim) == "group"  # no clusters (cc 0.0)
     hopper = lim._replace(cc=(9, 0))
     assert methods.choose(1000, 65536, np.float32, hopper) == "cluster"  # 8 blocks a row
-    assert methods.choose(1000, 262144, np.float32, hopper) == "group"  # past 512 KB
+    assert methods.choose(1000, 262144, np.float32, hopper) == "cluster"  # 8 blocks' registers
+    assert methods.choose(1000, 262145, np.float32, hopper) == "group"  # past them and 512 KB
     assert methods.choose(20, 65536, np.float32, hopper) == "group"  # 160 blocks < 2 × 100 SMs
     assert methods.choose(1000, 16384, np.float32, hopper) == "onchip"
     entry = methods.fit_crossovers(
@@ -348,6 +349,34 @@ def test_auto_chooses_by_row_bytes():
                          (16384, "onchip", 9), (16384, "fused", 8), (65536, "cluster", 9),
                          (65536, "group", 8), (262144, "group", 9)]])
     assert entry == {"fused": 32768, "onchip": 65536, "cluster": 262144}
+
+
+@pytest.mark.parametrize("mode", list(REFS))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cluster_pieces_in_registers(dtype, mode):
+    """The cluster's other form: each block holds its piece in registers (two values a
+    thread here), two rows over three blocks, the last piece ragged."""
+    w = width(dtype)
+    values = np.random.default_rng().standard_normal((2, 4 * T * w + 3)) * 3
+    values[0, [0, T - 1, T * w]] = -np.inf
+    x, exact = stored(values, dtype)
+    xd = cuda.to_device(x)
+    config = dict(threads=T, size=3, vpt=2 * w, registers=True)
+    plan = cluster.configure(xd, xd, MODES[mode], **config)
+    assert mode == "logsumexp" or plan.shared == 0  # registers (logsumexp streams its piece)
+    check(run("cluster", mode, x, dtype, **config), exact, mode, dtype)
+
+
+def test_register_cut():
+    """Pure: the fewest threads whose 8 blocks of 32 float32 values (16 float64) a thread
+    hold the row; None past that."""
+    assert cluster.register_cut(65536, np.float32, 4, 1024) == (8, 256, 32)
+    assert cluster.register_cut(262144, np.float32, 4, 1024) == (8, 1024, 32)
+    assert cluster.register_cut(20000, np.float32, 4, 1024) == (3, 256, 32)
+    assert cluster.register_cut(262145, np.float32, 4, 1024) is None
+    assert cluster.register_cut(262144, np.float32, 4, 512) is None  # the device's threads
+    assert cluster.register_cut(65536, np.float64, 2, 1024) == (8, 512, 16)
+    assert cluster.register_cut(1000, np.float32, 4, 1024, threads=64, size=3) == (3, 64, 8)
 
 
 def test_cluster_cut_and_refusals():
@@ -363,7 +392,9 @@ def test_cluster_cut_and_refusals():
     with pytest.raises(ValueError, match="size must be"):
         cluster.launch(x, x, MODES["softmax"], size=9)
     with pytest.raises(ValueError, match="shared memory"):
-        cluster.launch(x, x, MODES["softmax"], threads=T, size=2, shared=100)
+        cluster.launch(x, x, MODES["softmax"], threads=T, size=2, shared=100, registers=False)
+    with pytest.raises(ValueError, match="registers"):
+        cluster.launch(x, x, MODES["softmax"], threads=T, size=2, vpt=4, registers=True)
 
 
 def test_bad_arguments_are_refused():
@@ -408,17 +439,20 @@ def test_long_rows_on_the_gpu(n):
 
 
 @pytest.mark.skipif(SIMULATOR, reason="GPU sizes: clusters of 2 … 8 blocks")
+@pytest.mark.parametrize("registers", [True, False])
 @pytest.mark.parametrize("size", [2, 3, 5, 8])
-def test_cluster_sizes_on_the_gpu(size):
+def test_cluster_sizes_on_the_gpu(size, registers):
     """37 ragged rows of 60 001 values over clusters of every kind of size (the last
-    block's piece short), float32 and bfloat16, softmax and logsumexp."""
+    block's piece short), float32 and bfloat16, softmax and logsumexp; pieces in
+    registers (where they fit) and in shared memory."""
     if not cluster.supported(launcher.device_limits()):
         pytest.skip("no thread-block clusters on this device")
     values = np.random.default_rng().standard_normal((37, 60_001)) * 3
     for dtype in ("float32", "bfloat16"):
         x, exact = stored(values, dtype)
         for mode in ("softmax", "logsumexp"):
-            check(run("cluster", mode, x, dtype, size=size), exact, mode, dtype)
+            check(run("cluster", mode, x, dtype, size=size, registers=registers), exact, mode,
+                  dtype)
 
 
 def test_traffic_models():

@@ -12,11 +12,15 @@ so at every step the team's threads read neighbouring 16-byte vectors (coalesced
 all of a thread's loads are issued before any value is used (the memory system sees
 them at once).  Places past the row's end hold a pad (−inf: weight 0).
 
-:func:`ops` gives the four device functions built on that layout — load a chunk, its
+:func:`ops` gives the device functions built on that layout — load a chunk, its
 state (max, then Σ exp(v − max): one ``exp`` per value, no re-basing inside a thread),
 normalise it in registers, store it — and :func:`team_row` says which row and place
-a thread has.  VPT, W and the dtype are compile-time constants (the factories close over
-them); the team size is a run-time argument, so one compiled kernel serves every team.
+a thread has.  A kernel that keeps its chunk in registers until the row's (m, ℓ) is known
+may take the state with ``exps`` instead, which leaves exp(v − m_own) in place of each
+value, and write softmax with ``rescale``: one multiply a value by exp(m_own − m)/ℓ
+instead of a second ``exp``.  (H200, the cluster's pieces in registers: float16 1024 ×
+65 536 went from 65.6 to 70.9 % of copy, float32 from 79.4 to 80.4 %; the fused kernel,
+87.4 against 86.9 %, kept its two exps.)
 """
 
 import functools
@@ -35,6 +39,8 @@ class Ops(NamedTuple):
     state: object  # state(v) -> (max, Σ exp(v − max))
     normalise: object  # normalise(v, m, c, mode): v[i] = output(v[i])
     store: object  # store(y, row, base, stop, t, team, v)
+    exps: object  # exps(v) -> state(v), leaving v[i] = exp(v[i] − max)
+    rescale: object  # rescale(v, m_own, m, c): softmax from exps(v)
 
 
 @functools.cache
@@ -70,7 +76,27 @@ def ops(dtype, vpt, width):
         for i in range(vpt // width):
             store_row(y, row, base + (t + i * team) * width, stop, v, i * width)
 
-    return Ops(load, state, normalise, store)
+    @jit.device
+    def exps(v):
+        m = acc(-math.inf)
+        for i in range(vpt):
+            m = nan_max(m, v[i])
+        b = base(m, acc(0.0))
+        l = acc(0.0)
+        for i in range(vpt):
+            v[i] = math.exp(v[i] - b)  # kept: the output is this times one factor
+            l += v[i]
+        return m, l
+
+    @jit.device
+    def rescale(v, m_own, m, c):
+        # exp(x − m)/ℓ = exp(x − m_own) · exp(m_own − m) · (1/ℓ): one multiply a value.
+        # m_own = −inf (every value −inf) gives 0 (NaN for a row of −inf: c = inf)
+        f = math.exp(m_own - base(m, acc(0.0))) * c
+        for i in range(vpt):
+            v[i] *= f
+
+    return Ops(load, state, normalise, store, exps, rescale)
 
 
 @jit.device

@@ -15,14 +15,16 @@ The kernels, from the textbook to the roofline (each a chapter of the docs):
     group       v6  the row in a group of blocks' shared memory   any row (re-reads what
                     (cooperative launch, (m, ℓ) exchanged)        does not fit on chip)
     cluster     v7  the row in a thread-block cluster's shared    ≤ 8 blocks' shared memory
-                    memory, (m, ℓ) exchanged between blocks       (sm_90 and newer)
+                    memory or registers, (m, ℓ) exchanged         (sm_90 and newer)
+                    between blocks
 
 **How "auto" chooses.**  By the row's size in bytes, against crossovers measured per
 device and kept in ``crossovers.json`` beside this module: ``fused`` while a row is at
 most ``fused`` bytes, then ``onchip`` up to ``onchip`` bytes when there are enough rows
 to give every multiprocessor one, then — on a device with thread-block clusters —
-``cluster`` up to ``cluster`` bytes when the clusters' blocks give every multiprocessor
-two, else ``group``.  A device not in the table gets the ``default`` entry, with
+``cluster`` up to ``cluster`` bytes, or while 8 blocks' registers hold the row
+(:func:`.cluster.register_cut`: 262 144 float32 values), when the clusters' blocks give
+every multiprocessor two, else ``group``.  A device not in the table gets the ``default`` entry, with
 ``onchip`` scaled to a third of its shared memory per multiprocessor (three blocks each).
 
 **Regenerating the table.**  The benchmark times every kernel method on rows of 1K to
@@ -45,7 +47,7 @@ import os
 
 import numpy as np
 
-from . import cluster, fused, group, launcher, online, onchip, split, three_pass
+from . import cluster, fused, group, launcher, online, onchip, split, three_pass, vector
 from .epilogue import LOGSUMEXP, MODES
 
 KERNELS = {"three_pass": three_pass, "fused": fused, "online": online, "split": split,
@@ -81,7 +83,9 @@ def choose(rows, n, dtype, limits):
         return "fused"
     if row_bytes <= entry["onchip"] and rows >= limits.sms:
         return "onchip"
-    if (cluster.supported(limits) and row_bytes <= entry.get("cluster", 0)
+    held = row_bytes <= entry.get("cluster", 0) or cluster.register_cut(
+        n, dtype, vector.width_for(dtype), limits.max_threads) is not None  # (in registers)
+    if (cluster.supported(limits) and held
             and rows * cluster.cut(n, np.dtype(dtype).itemsize, 1)[0] >= 2 * limits.sms):
         return "cluster"
     return "group"

@@ -37,8 +37,9 @@ class RowSets:
         self.sets = max(2, -(-3 * l2_bytes // (2 * self.nbytes)))
         self.xs = [torch.randn(rows, n, device="cuda", dtype=dtype) for _ in range(self.sets)]
         self.ys = [torch.empty_like(x) for x in self.xs]
-        self.nx = [cuda.as_cuda_array(x) for x in self.xs]
-        self.ny = [cuda.as_cuda_array(y) for y in self.ys]
+        bits = (lambda t: t.view(torch.uint16)) if dtype == torch.bfloat16 else (lambda t: t)
+        self.nx = [cuda.as_cuda_array(bits(x)) for x in self.xs]  # (bfloat16 as its bits)
+        self.ny = [cuda.as_cuda_array(bits(y)) for y in self.ys]
         self.want = torch.softmax(self.xs[0].float(), -1)
 
     def gbps(self, ms):

@@ -5,7 +5,8 @@ a GPU (sm_90); prints only.
 
 For rows of 16K … 256K values (float32, float16): a device-to-device copy of
 the same bytes, ``torch.softmax``, ``group`` (its default launch), ``onchip`` where the row
-fits one block, and ``cluster`` with its default launch and each of ``--sizes`` —
+fits one block, and ``cluster`` with its default launch (the pieces in registers where they fit), with its
+pieces in shared memory (``registers=False``), and each of ``--sizes`` —
 kernel time behind a sleeping kernel (``_timing.kernel_ms``), inputs rotated past the
 L2; GB/s = read once + written once; % of the copy's GB/s.  Each launch is checked
 against ``torch.softmax`` first.
@@ -24,7 +25,8 @@ from numba_softmax.kernels import cluster, methods  # noqa: E402
 from numba_softmax.kernels.epilogue import SOFTMAX  # noqa: E402
 
 SHAPES = [((2048, 16384), "float32"), ((1024, 65536), "float32"), ((512, 131072), "float32"),
-          ((256, 262144), "float32"), ((1024, 65536), "float16"), ((256, 262144), "float16")]
+          ((256, 262144), "float32"), ((1024, 65536), "float16"), ((256, 262144), "float16"),
+          ((1024, 65536), "bfloat16"), ((4096, 20000), "float32")]
 
 
 def main():
@@ -41,7 +43,8 @@ def main():
         print(f"{name} {rows}x{n}: copy {copy:.0f} GB/s | torch {pct(torch_ms)} | auto → "
               f"{methods.choose(rows, n, r.nx[0].dtype, methods.launcher.device_limits())}",
               flush=True)
-        runs = [("group", dict()), ("onchip", dict()), ("cluster", dict())]
+        runs = [("group", dict()), ("onchip", dict()), ("cluster", dict()),
+                ("cluster", dict(registers=False))]
         runs += [("cluster", dict(size=s)) for s in sizes]
         for method, config in runs:
             label = f"  {method} {config or 'default'}"
@@ -57,7 +60,8 @@ def main():
                 plan = ""
                 if method == "cluster":
                     c = cluster.configure(r.nx[0], r.ny[0], SOFTMAX, **config)
-                    plan = f"size {c.size} threads {c.threads} piece {c.piece}: "
+                    where = "registers" if c.shared == 0 else "shared"
+                    plan = f"size {c.size} threads {c.threads} piece {c.piece} ({where}): "
                 print(f"{label}: {plan}{ms * 1e3:.1f} µs, {pct(ms)}", flush=True)
             except ValueError as e:
                 print(f"{label}: refused ({str(e)[:80]})", flush=True)
