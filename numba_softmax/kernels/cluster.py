@@ -166,7 +166,7 @@ def register_cut(n, dtype, width, cap, threads=None, size=None, vpt=None):
     (a power of two); each given argument is kept.  None if none does."""
     most = REGISTER_VPT * 32 // jit.accumulator(dtype).bitwidth
     for t in (threads,) if threads else (256, 512, 1024):
-        s = size or -(-n // (t * most))
+        s = size or -(-n // (t * (vpt or most)))
         if t > cap or s > MAX_SIZE:
             continue
         v = vpt or max(width, chunk.pow2_ceil(-(-n // (s * t))))

@@ -32,10 +32,18 @@ SHAPES = [((2048, 16384), "float32"), ((1024, 65536), "float32"), ((512, 131072)
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--sizes", default="2,4,8")
+    p.add_argument("--runs", default="", help="more cluster launches, e.g. "
+                   "'registers=True,vpt=32|registers=True,threads=512' (integers, True/False)")
+    p.add_argument("--shapes", default="", help="only these, e.g. 1024x65536:float16")
     a = p.parse_args()
-    sizes = [int(s) for s in a.sizes.split(",")]
+    sizes = [int(s) for s in a.sizes.split(",") if s]
+    extra = [{k: eval(v) for k, v in (kv.split("=") for kv in run.split(","))}
+             for run in a.runs.split("|") if run]
+    shapes = SHAPES if not a.shapes else [
+        (tuple(int(d) for d in shape.split(":")[0].split("x")), shape.split(":")[1])
+        for shape in a.shapes.split(",")]
     print(f"device: {torch.cuda.get_device_name()}")
-    for (rows, n), name in SHAPES:
+    for (rows, n), name in shapes:
         r = RowSets(rows, n, getattr(torch, name))
         copy = r.copy_gbps()
         pct = lambda ms: f"{r.gbps(ms):.0f} GB/s ({100 * r.gbps(ms) / copy:.1f} %)"  # noqa: E731
@@ -45,7 +53,7 @@ def main():
               flush=True)
         runs = [("group", dict()), ("onchip", dict()), ("cluster", dict()),
                 ("cluster", dict(registers=False))]
-        runs += [("cluster", dict(size=s)) for s in sizes]
+        runs += [("cluster", dict(size=s)) for s in sizes] + [("cluster", e) for e in extra]
         for method, config in runs:
             label = f"  {method} {config or 'default'}"
             launch = methods.KERNELS[method].launch
