@@ -82,17 +82,20 @@ def kernel(dtype, vpt, mode, width, team, trace=False):
 
 
 def configure(x, y, mode, threads=None, vpt=None, rows_per_block=None, max_threads=None):
-    """The launch: ``threads`` per row (a team; default: a warp while a row fits in 32
-    lanes × ``MAX_VPT`` values, else about 16 values per thread), the fewest values per
-    thread that hold the row, ``rows_per_block`` teams per block (default: blocks of
-    128 threads).  The team never exceeds the compiled kernel's own limit
+    """The launch: ``threads`` per row (a team; default: the smallest that holds the row
+    at :func:`max_vpt` values a thread — a warp up to 1024 float32 values), the fewest
+    values per thread that hold the row, ``rows_per_block`` teams per block (default: one,
+    so a block is one team).  The team never exceeds the compiled kernel's own limit
     (:func:`.launcher.max_threads`), capped by ``max_threads``; a row that does not fit
-    raises ``ValueError``."""
+    raises ``ValueError``.  (H200, 16384 × 1024: a warp a row in blocks of one warp ran
+    98.2 % of copy in float32 and 90.1 % in float16, against 97.0 / 88.2 % in blocks of
+    four; float16 8192 × 2048: 64 threads × 32 values 83.3 %, 128 × 16 81.0 %.)"""
     rows, n = x.shape
     width = vector.vector_width(x) if mode == LOGSUMEXP else vector.vector_width(x, y)
     cap = chunk.pow2_floor(max_threads or 1024)
-    most = max_vpt(1024, x.dtype)  # values per thread in the largest team (16 float32)
-    team = threads or (32 if n <= 32 * max_vpt(32, x.dtype) else max(64, chunk.pow2_ceil(-(-n // most))))
+    team = threads or 32
+    while not threads and team < 1024 and team * max_vpt(team, x.dtype) < n:
+        team *= 2
     team = min(team, cap)
     while True:
         fit = max(vpt or fit_vpt(n, team, x.dtype), width)
@@ -107,7 +110,7 @@ def configure(x, y, mode, threads=None, vpt=None, rows_per_block=None, max_threa
         if team <= limit:
             break
         team = limit  # the kernel's registers allow fewer threads: more values each
-    per_block = rows_per_block or max(1, 128 // team)
+    per_block = rows_per_block or 1
     block = team * min(per_block, max(1, limit // team))
     k = kernel(x.dtype, fit, mode, width, team)
     return chunk.TeamPlan(k, -(-rows // (block // team)), block, team, (x, y))
