@@ -15,6 +15,7 @@ three-pass, fused, online and split kernels (and the cluster kernel on sm_90),
 attention (causal and not), split-KV decoding and the merge of partial results — once
 per shape, on shapes whose edges are ragged: rows and columns that are multiples of no
 block, warp or tile size (1×1, 3×37, 5×1001, 2×4099; 3×20011 over a cluster of three
+blocks parking their pieces in shared memory, 3×200003 over seven holding them in registers
 blocks; attention Sq/Sk of 1, 37, 129 with D = 40 and 64), rows of all −inf, strided and
 transposed device views.  Each result is compared with the float64 NumPy
 reference; the workload's exit status is 0 when all cases match, 3 otherwise.
@@ -138,10 +139,12 @@ def softmax_cases(sim, full):
     from numba_softmax.kernels import cluster, launcher
 
     if cluster.supported(launcher.device_limits()):
-        shape = (3, 300) if sim else (3, 20011)
-        for func_name in funcs:
-            cases.append(Case(f"{func_name}:cluster:float32:{shape[0]}x{shape[1]}",
-                              make(func_name, "cluster", np.float32, shape)))
+        # (3, 200003): pieces of ~100 KB, so each block holds its piece in registers
+        # (7 blocks of 1024 threads × 32 values, the last ragged)
+        for shape in [(3, 300)] if sim else [(3, 20011), (3, 200003)]:
+            for func_name in funcs:
+                cases.append(Case(f"{func_name}:cluster:float32:{shape[0]}x{shape[1]}",
+                                  make(func_name, "cluster", np.float32, shape)))
 
     # Device views read (and written) in place on a GPU: strides, transposes, offsets that
     # do or do not keep 16-byte alignment (the vector loads), ragged vector tails.
