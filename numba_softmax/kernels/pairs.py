@@ -61,10 +61,11 @@ def packed(dtype, width):
 
 
 @functools.cache
-def holder(dtype, vpt, width, row_threads):
+def holder(dtype, vpt, width, row_threads, pack=True):
     """The :class:`Holder` for VPT values of ``dtype`` a thread, ``row_threads`` threads a
-    row (their vectors interleaved: thread t's i-th at base + (t + i·row_threads)·W)."""
-    if not packed(dtype, width):
+    row (their vectors interleaved: thread t's i-th at base + (t + i·row_threads)·W);
+    ``pack`` False holds one value a slot even where pairs are possible."""
+    if not (pack and packed(dtype, width)):
         return _singles(dtype, vpt, width, row_threads)
     to_acc, to_bits = jit.bits_loader(dtype), jit.bits_storer(dtype)
     load_words, store_words = vector.words()

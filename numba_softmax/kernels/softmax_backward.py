@@ -20,8 +20,8 @@ which :mod:`.softmax_backward_launch` holds with the one launch function):
                registers (a warp per row for short rows, several rows to a block; a block
                per row up to T·VPT values; on sm_90 a *cluster* of up to 8 blocks per row,
                whose blocks post their sums into each other's shared memory and add the
-               8 in one order — rows up to 131072 float32 or 262144 float16/bfloat16
-               values).  Read y, dy once, write dx once: 3·N·b bytes, the minimum.
+               8 in one order — rows up to 131072 float32 or, held in pairs, 262144
+               float16/bfloat16 values).  Read y, dy once, write dx once: 3·N·b bytes, the minimum.
     two pass   the row does not fit: pass 1 streams it for c (reading dy, and y for
                softmax), pass 2 re-reads y and dy and writes dx — walking the chunks in
                *reverse*, so the chunks pass 1 read last, still in L2, are re-read first.
@@ -30,9 +30,11 @@ which :mod:`.softmax_backward_launch` holds with the one launch function):
                (rows × S), then a second kernel adds the S partials and writes its piece.
 
 Storage types: float16, bfloat16 (uint16 bits), float32, float64; values are held in
-registers as stored — float16 and bfloat16 two to a 32-bit register where rows take
-16-byte vectors (:mod:`.pairs`: twice the values in the same registers) — and converted
-where used; accumulation in float32 (float64 for float64).
+registers as stored — in the cluster form float16 and bfloat16 two to a 32-bit register
+where rows take 16-byte vectors (:mod:`.pairs`: twice the values in the same registers;
+a warp holding 64 such values a lane ran 3.6× slower than a block of 128 holding 16,
+H200, rows of 2048, so the other forms hold one a register) — and converted where used;
+accumulation in float32 (float64 for float64).
 NumPy twins: :func:`numba_softmax.reference.softmax_backward`, ``log_softmax_backward``.
 """
 
@@ -71,7 +73,8 @@ def io(dtype, vpt, width, row_threads):
     """Device functions ``load(a, row, base, stop, t, v)`` — thread t's VPT values of row
     ``row`` from column ``base`` on (W at a time, coalesced, 0 past ``stop``) into ``v``
     in the accumulator type — and ``store(v, a, row, base, stop, t)``, its inverse."""
-    slot, slots, hold, get, put, give, _ = pairs.holder(dtype, vpt, width, row_threads)
+    slot, slots, hold, get, put, give, _ = pairs.holder(dtype, vpt, width, row_threads,
+                                                         pack=False)
 
     @jit.device
     def load(a, row, base, stop, t, v):
@@ -100,8 +103,10 @@ def one_pass(dtype, mode, threads, vpt, row_threads, width, size=1):
     acc = accumulator(dtype)
     rows_per_block = threads // row_threads
     piece = threads * vpt
-    # y and dy held as stored (float16 and bfloat16 two to a register: :mod:`.pairs`)
-    slot, slots, hold, get, put, give, renew = pairs.holder(dtype, vpt, width, row_threads)
+    # y and dy held as stored (in a cluster, float16 and bfloat16 two to a register:
+    # :mod:`.pairs`; a warp or a block per row holds one value a register, as measured)
+    slot, slots, hold, get, put, give, renew = pairs.holder(dtype, vpt, width, row_threads,
+                                                            pack=size > 1)
 
     @jit.kernel
     def backward_one_pass(dy, y, dx):

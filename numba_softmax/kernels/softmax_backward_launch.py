@@ -27,8 +27,9 @@ class Plan(NamedTuple):
 def max_vpt(dtype, width, warp=False):
     """Values of *each* tensor one thread may hold in the one-pass kernel: ``MAX_VPT``
     float32 (58 registers a thread in a block of 1024), half as many float64, twice as
-    many float16 / bfloat16 where they are held in pairs (:mod:`.pairs`); twice that for
-    a warp per row, whose small blocks may use more registers."""
+    many float16 / bfloat16 where they are held in pairs (:mod:`.pairs`: the cluster
+    form, at vector width 8; :func:`plan` asks width 1's count for the others); twice
+    that for a warp per row, whose small blocks may use more registers."""
     itemsize = np.dtype(dtype).itemsize
     vpt = MAX_VPT * 4 // (itemsize if pairs.packed(dtype, width) else max(itemsize, 4))
     return 2 * vpt if warp else vpt
@@ -40,10 +41,10 @@ def plan(rows, n, dtype, width, max_threads, sms, clusters=False):
     to 8 blocks per row while their registers hold it and the clusters fill the device;
     else two passes, or split for fewer rows than half the multiprocessors."""
     whole = lambda v: max(pow2_ceil(v), width)  # noqa: E731  (a whole number of vectors)
-    if n <= 32 * max_vpt(dtype, width, warp=True):
+    if n <= 32 * max_vpt(dtype, 1, warp=True):  # (one value a register: width 1's count)
         return Plan("warp", 32 * max(1, min(4, max_threads // 32)), whole(-(-n // 32)))
     for threads in (64, 128, 256, 512, 1024):
-        if threads <= max_threads and n <= threads * max_vpt(dtype, width):
+        if threads <= max_threads and n <= threads * max_vpt(dtype, 1):
             return Plan("block", threads, whole(-(-n // threads)))
     for threads in (256, 512, 1024) if clusters else ():
         size = -(-n // (threads * max_vpt(dtype, width)))
@@ -82,15 +83,17 @@ def launch(mode, dy, y, dx, stream=0, plan_=None):
         return
     width = vector.vector_width(dy, y, dx)
     dtype = y.dtype
-    if pairs.packed(dtype, width) and dtype == np.float16:  # held as bits (:mod:`.pairs`)
-        dy, y, dx = (a.view(np.uint16) for a in (dy, y, dx))
+    bits = pairs.packed(dtype, width) and dtype == np.float16  # a cluster holds them as bits
     limits = launcher.device_limits()
     max_threads = limits.max_threads
     while True:
         p = plan_ or plan(rows, n, dtype, width, max_threads, limits.sms,
                           tuple(limits.cc) >= (9, 0))
         ks = kernels_for(p, dtype, mode, width)
-        args, ws = [(dy, y, dx)], None
+        arrays = (dy, y, dx)
+        if bits and p.form == "cluster":  # (:mod:`.pairs`)
+            arrays = tuple(a.view(np.uint16) for a in arrays)
+        args, ws = [arrays], None
         if p.form == "split":
             chunk = p.threads * max(CHUNK_VPT, width)
             piece = -(-n // p.splits)

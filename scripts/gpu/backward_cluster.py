@@ -78,6 +78,9 @@ def main():
     p.add_argument("--quick", action="store_true")
     p.add_argument("--dtypes", default="float32,bfloat16,float16")
     p.add_argument("--modes", default="softmax,log_softmax")
+    p.add_argument("--shapes", default="", help="only these, e.g. 16384x1024,256x262144")
+    p.add_argument("--plans", default="", help="only these forced plans (with launch()), "
+                   "form:threads:vpt[:splits] joined by |, e.g. 'warp:32:32|warp:128:32'")
     a = p.parse_args()
     dtypes = [getattr(torch, d) for d in a.dtypes.split(",")]
     modes = [{"softmax": SOFTMAX, "log_softmax": LOG_SOFTMAX}[m] for m in a.modes.split(",")]
@@ -85,7 +88,12 @@ def main():
     print(f"device: {torch.cuda.get_device_name()} (cc {limits.cc}, {limits.sms} SMs)")
     clusters = tuple(limits.cc) >= (9, 0)
     failed = 0
-    for rows, n in QUICK if a.quick else SHAPES:
+    shapes = QUICK if a.quick else SHAPES
+    if a.shapes:
+        shapes = [tuple(int(d) for d in shape.split("x")) for shape in a.shapes.split(",")]
+    forced = [KS.Plan(f, *(int(v) for v in rest)) for f, *rest in
+              (plan.split(":") for plan in a.plans.split("|") if plan)]
+    for rows, n in shapes:
         for dtype in dtypes:
             for mode in modes:
                 sets, nbytes, y, dy, dx, want, views = case(rows, n, dtype, mode)
@@ -97,6 +105,8 @@ def main():
                 old = KS.plan(rows, n, kd, width, limits.max_threads, limits.sms)
                 plans = [("launch()", None), ("plan()", auto), ("no clusters", old)]
                 plans += [("cluster", c) for c in variants(n, kd, width, clusters, auto)]
+                if forced:
+                    plans = [("launch()", None)] + [("forced", f) for f in forced]
                 tf = TORCH[mode]
                 torch_ms = kernel_ms(lambda i: tf(dy[i], y[i], -1, y[i].dtype), sets)
                 name = "softmax" if mode == SOFTMAX else "log_softmax"
