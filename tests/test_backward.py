@@ -192,18 +192,18 @@ def test_storage_types(dtype, name, plan):
     np.testing.assert_allclose(got.astype(np.float64), want, err_msg=f"seed {seed}", **TOL[dtype])
 
 
-@pytest.mark.parametrize("dtype", [F32, F16, BF16])
-@pytest.mark.parametrize("name", list(MODES))
-def test_cluster_form(dtype, name):
-    """A row over a cluster of blocks whose sums meet in each other's shared memory: three
-    blocks of 32 threads (simulator) or five of 256 (GPU), the last piece ragged.  Every
-    block adds the posted sums in one order, so each row's c is one number (within
-    rounding of the other forms')."""
-    if not SIMULATOR and tuple(KS.launcher.device_limits().cc) < (9, 0):
-        pytest.skip("no thread-block clusters on this device")
+# (rows, n, plan) for the pair-holding forms: rows of whole 16-byte vectors (several rows,
+# aligned: float16 / bfloat16 in pairs), and one row with a ragged last vector (one row
+# needs no row stride, so it still takes vectors); the last piece of a cluster short
+CLUSTER_CASES = sized(
+    [(2, 704, KS.Plan("cluster", 32, 8, 3)), (1, 701, KS.Plan("cluster", 32, 8, 3))],
+    [(37, 19000, KS.Plan("cluster", 256, 16, 5)), (1, 19001, KS.Plan("cluster", 256, 16, 5))])
+BLOCK_CASES = sized([(2, 200, KS.Plan("block", 32, 8)), (1, 203, KS.Plan("block", 32, 8))],
+                    [(37, 9000, None), (1, 9001, None)])  # (the GPU: 512 threads × 32)
+
+
+def check_rows(name, dtype, rows, n, plan):
     rng, seed = fresh()
-    rows, n, plan = sized((2, 700, KS.Plan("cluster", 32, 8, 3)),
-                          (37, 19001, KS.Plan("cluster", 256, 16, 5)))
     y, dy, want = row_case(rng, name, rows, n, dtype)
     got = run_rows(name, y, dy, plan)
     got = from_bf16(got) if dtype == BF16 else got.astype(np.float64)
@@ -212,6 +212,38 @@ def test_cluster_form(dtype, name):
         allowed = allowed + rounding_bound(name, y, dy)
     bad = ~(np.abs(got - want) <= allowed)  # NaN (poison left) fails too
     assert not bad.any(), f"seed {seed}: {bad.sum()} of {bad.size} beyond the bound"
+
+
+@pytest.mark.parametrize("rows, n, plan", CLUSTER_CASES)
+@pytest.mark.parametrize("dtype", [F32, F16, BF16])
+@pytest.mark.parametrize("name", list(MODES))
+def test_cluster_form(dtype, name, rows, n, plan):
+    """A row over a cluster of blocks whose sums meet in each other's shared memory: three
+    blocks of 32 threads (simulator) or five of 256 (GPU), the last piece short.  Every
+    block adds the posted sums in one order, so each row's c is one number (within
+    rounding of the other forms')."""
+    if not SIMULATOR and tuple(KS.launcher.device_limits().cc) < (9, 0):
+        pytest.skip("no thread-block clusters on this device")
+    check_rows(name, dtype, rows, n, plan)
+
+
+@pytest.mark.parametrize("rows, n, plan", BLOCK_CASES)
+@pytest.mark.parametrize("dtype", [F16, BF16])
+@pytest.mark.parametrize("name", list(MODES))
+def test_block_form_in_pairs(dtype, name, rows, n, plan):
+    """A block per row holding float16 / bfloat16 two to a register: a forced block of one
+    warp on the simulator, the default plan on the GPU."""
+    check_rows(name, dtype, rows, n, plan)
+
+
+def test_pairs_are_used():
+    """The cases above reach the pairs: whole vectors on aligned rows, and on one row."""
+    from numba_softmax.kernels import pairs, vector
+
+    for rows, n in ((2, 704), (1, 701), (2, 200), (1, 203), (37, 19000), (1, 19001),
+                    (37, 9000), (1, 9001)):
+        a = cuda.to_device(np.zeros((rows, n), np.float16))
+        assert pairs.packed(np.float16, vector.vector_width(a, a, a)), (rows, n)
 
 
 def test_cluster_plan_refusals():
@@ -250,9 +282,11 @@ def test_plan_picks_by_row_length():
     assert KS.plan(100, 65536, F64, 2, 1024, 132, True) == KS.Plan("cluster", 1024, 8, 8)
     assert KS.plan(100, 131073, F32, 4, 1024, 132, True).form == "two_pass"  # too long
     assert KS.plan(8, 65536, F32, 4, 1024, 132, True).form == "split"  # 64 blocks: too few
-    # float16 / bfloat16: pairs in a cluster only (a warp of 64-value lanes measured 3.6×
-    # slower than a block of 128 holding 16 each)
-    assert KS.plan(100, 2048, F16, 8, 1024, 132, True) == KS.Plan("block", 128, 16)
+    # float16 / bfloat16: pairs in a block or a cluster, not in a warp (64-value lanes
+    # measured 3.6× slower than a block of 128 holding 16 each)
+    assert KS.plan(100, 1024, F16, 8, 1024, 132, True) == KS.Plan("warp", 128, 32)
+    assert KS.plan(100, 2048, F16, 8, 1024, 132, True) == KS.Plan("block", 64, 32)
+    assert KS.plan(100, 8192, F16, 8, 1024, 132, True) == KS.Plan("block", 256, 32)
     assert KS.plan(100, 262144, F16, 8, 1024, 132, True) == KS.Plan("cluster", 1024, 32, 8)
 
 

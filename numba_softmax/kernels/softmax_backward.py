@@ -30,11 +30,12 @@ which :mod:`.softmax_backward_launch` holds with the one launch function):
                (rows × S), then a second kernel adds the S partials and writes its piece.
 
 Storage types: float16, bfloat16 (uint16 bits), float32, float64; values are held in
-registers as stored — in the cluster form float16 and bfloat16 two to a 32-bit register
-where rows take 16-byte vectors (:mod:`.pairs`: twice the values in the same registers;
-a warp holding 64 such values a lane ran 3.6× slower than a block of 128 holding 16,
-H200, rows of 2048, so the other forms hold one a register) — and converted where used;
-accumulation in float32 (float64 for float64).
+registers as stored — in a block or a cluster float16 and bfloat16 two to a 32-bit
+register where rows take 16-byte vectors (:mod:`.pairs`: twice the values in the same
+registers; H200, bfloat16 4096 × 8192: 92.4 % of copy against 61.4 % one a register),
+but not in a warp per row (64 such values a lane ran 3.6× slower than a block of 128
+holding 16, rows of 2048) — and converted where used; accumulation in float32 (float64
+for float64).
 NumPy twins: :func:`numba_softmax.reference.softmax_backward`, ``log_softmax_backward``.
 """
 
@@ -95,18 +96,19 @@ def io(dtype, vpt, width, row_threads):
 
 # --- one pass: the row on chip ------------------------------------------------------------
 @functools.cache
-def one_pass(dtype, mode, threads, vpt, row_threads, width, size=1):
+def one_pass(dtype, mode, threads, vpt, row_threads, width, size=1, pack=True):
     """The one-pass kernel: ``row_threads`` = 32 is a warp per row (``threads``/32 rows a
     block, shuffles only), ``row_threads`` = ``threads`` a block per row, and ``size`` > 1
     a thread-block *cluster* of ``size`` blocks per row (sm_90), each holding a piece of
-    ``threads``·VPT values, whose sums meet in each other's shared memory (:mod:`.dsmem`)."""
+    ``threads``·VPT values, whose sums meet in each other's shared memory (:mod:`.dsmem`).
+    ``pack``: float16 / bfloat16 two to a register (:mod:`.pairs`; the launch configuration
+    asks for it in a block or a cluster, not in a warp per row)."""
     acc = accumulator(dtype)
     rows_per_block = threads // row_threads
     piece = threads * vpt
-    # y and dy held as stored (in a cluster, float16 and bfloat16 two to a register:
-    # :mod:`.pairs`; a warp or a block per row holds one value a register, as measured)
+    # y and dy held as stored (float16 and bfloat16 two to a register if ``pack``)
     slot, slots, hold, get, put, give, renew = pairs.holder(dtype, vpt, width, row_threads,
-                                                            pack=size > 1)
+                                                            pack=pack)
 
     @jit.kernel
     def backward_one_pass(dy, y, dx):

@@ -27,9 +27,9 @@ class Plan(NamedTuple):
 def max_vpt(dtype, width, warp=False):
     """Values of *each* tensor one thread may hold in the one-pass kernel: ``MAX_VPT``
     float32 (58 registers a thread in a block of 1024), half as many float64, twice as
-    many float16 / bfloat16 where they are held in pairs (:mod:`.pairs`: the cluster
-    form, at vector width 8; :func:`plan` asks width 1's count for the others); twice
-    that for a warp per row, whose small blocks may use more registers."""
+    many float16 / bfloat16 where they are held in pairs (:mod:`.pairs`: a block or a
+    cluster per row, at vector width 8; :func:`plan` asks width 1's count for a warp);
+    twice that for a warp per row, whose small blocks may use more registers."""
     itemsize = np.dtype(dtype).itemsize
     vpt = MAX_VPT * 4 // (itemsize if pairs.packed(dtype, width) else max(itemsize, 4))
     return 2 * vpt if warp else vpt
@@ -44,7 +44,7 @@ def plan(rows, n, dtype, width, max_threads, sms, clusters=False):
     if n <= 32 * max_vpt(dtype, 1, warp=True):  # (one value a register: width 1's count)
         return Plan("warp", 32 * max(1, min(4, max_threads // 32)), whole(-(-n // 32)))
     for threads in (64, 128, 256, 512, 1024):
-        if threads <= max_threads and n <= threads * max_vpt(dtype, 1):
+        if threads <= max_threads and n <= threads * max_vpt(dtype, width):
             return Plan("block", threads, whole(-(-n // threads)))
     for threads in (256, 512, 1024) if clusters else ():
         size = -(-n // (threads * max_vpt(dtype, width)))
@@ -67,7 +67,8 @@ def kernels_for(p, dtype, mode, width):
     if p.form in ("warp", "block", "cluster"):
         row_threads = 32 if p.form == "warp" else p.threads
         size = p.splits if p.form == "cluster" else 1
-        return (one_pass(dtype, mode, p.threads, p.vpt, row_threads, width, size),)
+        pack = p.form != "warp"  # (pairs in a warp's lanes measured slow: :func:`max_vpt`)
+        return (one_pass(dtype, mode, p.threads, p.vpt, row_threads, width, size, pack),)
     if p.form == "two_pass":
         return (two_pass(dtype, mode, p.threads, width),)
     return split(dtype, mode, p.threads, width)
@@ -91,7 +92,7 @@ def launch(mode, dy, y, dx, stream=0, plan_=None):
                           tuple(limits.cc) >= (9, 0))
         ks = kernels_for(p, dtype, mode, width)
         arrays = (dy, y, dx)
-        if bits and p.form == "cluster":  # (:mod:`.pairs`)
+        if bits and p.form in ("block", "cluster"):  # (held in pairs: :mod:`.pairs`)
             arrays = tuple(a.view(np.uint16) for a in arrays)
         args, ws = [arrays], None
         if p.form == "split":
