@@ -132,10 +132,13 @@ def backward_cases(sim):
     shapes = [(3, 37), (2, 300)] if sim else [(3, 37), (5, 1001), (2, 70000)]
     cases = [Case(f"backward:{m}:{s[0]}x{s[1]}", rows(m, s)) for m in ("softmax", "log_softmax")
              for s in shapes]
-    if not sim:  # sm_90: a cluster of 5 (float32) or 3 blocks a row (50 rows fill the device),
-        # and float16 held two to a register (:mod:`numba_softmax.kernels.pairs`)
-        cases += [Case(f"backward:{m}:50x20011:{np.dtype(d).name}", rows(m, (50, 20011), d))
-                  for m in ("softmax", "log_softmax") for d in (np.float32, np.float16)]
+    if not sim:  # sm_90: a cluster of 5 (float32) or 3 blocks a row (50 rows fill the
+        # device); float16 held two to a register (:mod:`numba_softmax.kernels.pairs`) in a
+        # cluster and in a block (rows of whole 16-byte vectors: 20000, 9000 — the record of
+        # 0469cba ran 20011, whose rows take no vectors and so no pairs)
+        cases += [Case(f"backward:{m}:50x{n}:{np.dtype(d).name}", rows(m, (50, n), d))
+                  for m in ("softmax", "log_softmax")
+                  for n, d in ((20000, np.float32), (20000, np.float16), (9000, np.float16))]
     for sq, sk in ([(9, 20)] if sim else [(37, 129), (129, 37)]):
         for causal in (False, True):
             cases.append(Case(f"attention_backward:{sq}x{sk}:{'causal' if causal else 'full'}",
