@@ -95,6 +95,18 @@ def test_block_per_row_merges_warp_lists_k64_log_temperature():
     run(x, 64, plan=K.Plan(False, 64, 4), log=True, temperature=0.7)
 
 
+@pytest.mark.parametrize("ties", [False, True])
+def test_block_per_row_shared_floor(ties):
+    """Two warps stream each row, their lists fill in the first chunk and every later
+    chunk is gated by the block's floor (the larger warp θ): values at the floor with a
+    lower index, and values between a warp's own θ and the floor, must still be right."""
+    rng = np.random.default_rng(9)
+    shape = (2, sized(1100, 40_000))
+    x = rng.integers(-3, 4, shape).astype(np.float32) if ties else rng.standard_normal(shape)
+    for k in (3, 40):
+        run(x, k, plan=K.Plan(False, 64, 4))
+
+
 def test_split_row_pieces_merged():
     rng = np.random.default_rng(3)
     x = rng.integers(-20, 20, (2, sized(100, 200_000))).astype(np.float32)  # ties across pieces

@@ -37,7 +37,7 @@ from ..draws import gumbel_device
 from . import jit, vector
 from .jit import accumulator
 from .reduce import block_combine, warp_combine
-from .warp import ballot, shfl2
+from .warp import ballot, shfl, shfl2
 
 WARP = 32
 
@@ -81,15 +81,12 @@ def warp_list(acc, slots, vpt):
         return shfl2(tu, tj, (k - 1) % WARP)
 
     @jit.device
-    def offer(lv, li, k, u, jv, th_u, th_j, lane):
-        """Offer each lane's ``vpt`` values (u[i], index jv[i]); returns the new θ."""
-        hit = False
-        for i in range(vpt):  # the common case: one comparison per value, one vote per chunk
-            hit = hit or precedes_device(u[i], jv[i], th_u, th_j)
-        if ballot(hit) == 0:
-            return th_u, th_j
+    def offer(lv, li, k, u, jv, th_u, th_j, floor, lane):
+        """Insert the lanes' ``vpt`` values (u[i], index jv[i]) that rank before θ and
+        reach ``floor`` (a lower bound of the k-th best of a larger set: see
+        :func:`stream`), lowest i and lane first; returns the new θ."""
         for i in range(vpt):
-            mask = ballot(precedes_device(u[i], jv[i], th_u, th_j))
+            mask = ballot(u[i] >= floor and precedes_device(u[i], jv[i], th_u, th_j))
             if mask != 0:
                 while mask != 0:  # the lanes whose i-th value beat θ, lowest lane first
                     src = cuda.ffs(mask) - 1
@@ -112,47 +109,87 @@ def warp_list(acc, slots, vpt):
 
 
 @functools.cache
-def stream(dtype, vpt, width, slots, perturb):
+def stream(dtype, vpt, width, slots, perturb, shared_floor):
     """Device function: one thread's (m, ℓ) over its values of x[row, start:stop] and its
     warp's top-k list (lv/li: ``slots`` entries per lane).  ``t``: the thread's place among
     the R threads streaming the range (whole warps).  With ``perturb`` the list ranks
-    u_j + G_j (Gumbel noise from ``key``: sampling), while (m, ℓ) stays that of u."""
+    u_j + G_j (Gumbel noise from ``key``: sampling), while (m, ℓ) stays that of u.
+
+    The common chunk costs per value a multiply, a max, an exp, an add and one comparison
+    (u ≥ the gate); the next chunk's loads are in flight meanwhile.  Indices are formed
+    only for a chunk with candidates, and the −inf/NaN bookkeeping of
+    :func:`combine.weight` only for a chunk with no finite value.
+
+    With ``shared_floor`` the warps of a block stream one range and share a floor in
+    ``floor_sh[0]``: the largest θ any warp has published.  Each warp's θ is the k-th best
+    of values of the range, so no value below the floor can be among the range's k best,
+    and no warp inserts one — the block inserts about as often as one warp streaming the
+    whole range would, not once per warp."""
     acc = accumulator(dtype)
     stored = numba.uint16 if jit.storage(dtype) == jit.BFLOAT16 else numba.from_dtype(np.dtype(dtype))
+    bf16 = jit.storage(dtype) == jit.BFLOAT16  # stored as uint16 bits: −inf is 0xFF80
     load = jit.loader(dtype)
     load_row, _ = vector.raw_row_io(width)
     _, offer, _ = warp_list(acc, slots, vpt)
     gumbel = gumbel_device(acc)
 
     @jit.device
-    def fold(x, row, start, stop, k, inv_t, key, t, R, lv, li):
+    def fold(x, row, start, stop, k, inv_t, key, t, R, lv, li, floor_sh):
         lane = t % WARP
         raw = cuda.local.array(vpt, stored)
+        nxt = cuda.local.array(vpt, stored)
         u = cuda.local.array(vpt, acc)
         jv = cuda.local.array(vpt, numba.int32)
         for s in range(slots):
             lv[s] = -math.inf
             li[s] = EMPTY
         th_u, th_j = acc(-math.inf), numba.int32(EMPTY)  # θ of an empty list
+        floor = acc(-math.inf)
         m, l = acc(-math.inf), acc(0.0)
-        for base in range(start, stop, R * vpt):
-            for i in range(vpt // width):  # all loads of the chunk before any use
-                load_row(x, row, base + (t + i * R) * width, stop, raw, i * width, stored(0))
-            m_chunk = acc(-math.inf)
-            for i in range(vpt):  # u = x / T; past the end: −inf at the empty index
-                j = base + (t + (i // width) * R) * width + i % width
-                jv[i] = j if j < stop else EMPTY
-                u[i] = load(raw[i]) * inv_t if j < stop else acc(-math.inf)
-                m_chunk = larger_device(m_chunk, u[i])  # a NaN is kept
-            l_chunk = acc(0.0)
+        pad = stored(0xFF80) if bf16 else stored(acc(-math.inf))  # past the end: u = −inf
+        step = R * vpt
+        for i in range(vpt // width):  # the first chunk's loads (−inf past the end)
+            load_row(x, row, start + (t + i * R) * width, stop, nxt, i * width, pad)
+        for base in range(start, stop, step):
             for i in range(vpt):
-                l_chunk += weight_device(u[i], m_chunk)
-            m, l = combine_device(m, l, m_chunk, l_chunk)  # the online step, per chunk
+                raw[i] = nxt[i]
+            if base + step < stop:  # the next chunk's loads, in flight while this one folds
+                for i in range(vpt // width):
+                    load_row(x, row, base + step + (t + i * R) * width, stop, nxt, i * width, pad)
+            # u = x / T; the chunk's state (m_c, ℓ_c), then the online step
+            m_chunk = acc(-math.inf)
+            for i in range(vpt):
+                u[i] = load(raw[i]) * inv_t
+                m_chunk = max(m_chunk, u[i])
+            l_chunk = acc(0.0)
+            if m_chunk > -math.inf:  # a NaN in u makes ℓ_c NaN, as combine's does
+                for i in range(vpt):
+                    l_chunk += math.exp(u[i] - m_chunk)
+            else:  # no finite value: −inf everywhere, or a NaN the max let go
+                for i in range(vpt):
+                    m_chunk = larger_device(m_chunk, u[i])
+                for i in range(vpt):
+                    l_chunk += weight_device(u[i], m_chunk)
+            m, l = combine_device(m, l, m_chunk, l_chunk)
             if perturb:
                 for i in range(vpt):
-                    if jv[i] != EMPTY:
-                        u[i] += gumbel(key, jv[i])
-            th_u, th_j = offer(lv, li, k, u, jv, th_u, th_j, lane)  # the warp's k best
+                    j = base + (t + (i // width) * R) * width + i % width
+                    if j < stop:
+                        u[i] += gumbel(key, j)
+            # the warp's k best: a vote on u ≥ gate, the rare candidates inserted in order
+            if shared_floor:
+                if lane == 0:  # publish θ, read the floor: one shared atomic a warp
+                    floor = cuda.atomic.max(floor_sh, 0, th_u)
+                floor = max(shfl(floor, 0), th_u)
+            gate = max(floor, th_u)
+            hit = False
+            for i in range(vpt):
+                hit = hit or u[i] >= gate
+            if ballot(hit) != 0:
+                for i in range(vpt):
+                    j = base + (t + (i // width) * R) * width + i % width
+                    jv[i] = j if j < stop else EMPTY
+                th_u, th_j = offer(lv, li, k, u, jv, th_u, th_j, floor, lane)
         return m, l
 
     return fold
@@ -223,7 +260,7 @@ def row_state(dtype, threads, vpt, width, slots, warp_rows, perturb):
     streams the range and merges its warps' lists (base = 0; any thread may read it).
     """
     acc = accumulator(dtype)
-    fold = stream(dtype, vpt, width, slots, perturb)
+    fold = stream(dtype, vpt, width, slots, perturb, not warp_rows)
     _, _, dump = warp_list(acc, slots, vpt)
     merge = merge_lists(acc, slots)
 
@@ -233,13 +270,17 @@ def row_state(dtype, threads, vpt, width, slots, warp_rows, perturb):
         warp, lane = tid // WARP, tid % WARP
         lv = cuda.local.array(slots, acc)
         li = cuda.local.array(slots, numba.int32)
+        floor_sh = cuda.shared.array(1, acc)  # the block's floor (see stream)
         if warp_rows:
-            m, l = fold(x, row, start, stop, k, inv_t, key, lane, WARP, lv, li)
+            m, l = fold(x, row, start, stop, k, inv_t, key, lane, WARP, lv, li, floor_sh)
             dump(lv, li, k, sv, si, warp * k, lane)
             cuda.syncwarp()  # the warp's list is in shared memory before its lanes read it
             m, l = warp_combine(m, l)
             return m, l, warp * k
-        m, l = fold(x, row, start, stop, k, inv_t, key, tid, threads, lv, li)
+        if tid == 0:
+            floor_sh[0] = -math.inf
+        cuda.syncthreads()  # the floor is set before any warp publishes to it
+        m, l = fold(x, row, start, stop, k, inv_t, key, tid, threads, lv, li, floor_sh)
         dump(lv, li, k, sv, si, warp * k, lane)
         cuda.syncthreads()  # every warp's list is written before the merge reads them
         merge(sv, si, threads // WARP, k, tid, threads)

@@ -112,8 +112,11 @@ def many_rows(quick):
             for threads, per in ((64, 16), (128, 16), (256, 16), (256, 8)):
                 plan = K.Plan(False, threads, per, splits, filter=True)
                 row(f"filter {splits} × {threads} × {per}", case, *case.time(plan))
-        for threads in (64, 128, 512):
+        for threads in (64, 128, 256, 512):
             row(f"lists block/row × {threads}", case, *case.time(K.Plan(False, threads, 16)))
+        for splits in sorted({-(-limits.sms // B), -(-2 * limits.sms // B), -(-4 * limits.sms // B)} - {1}):
+            if splits <= K.max_splits(np.dtype(np.float32), k):
+                row(f"lists split {splits} × 256", case, *case.time(K.Plan(False, 256, 16, splits)))
         del case
 
 
