@@ -99,11 +99,12 @@ def test_block_per_row_merges_warp_lists_k64_log_temperature():
 def test_block_per_row_shared_floor(ties):
     """Two warps stream each row, their lists fill in the first chunk and every later
     chunk is gated by the block's floor (the larger warp θ): values at the floor with a
-    lower index, and values between a warp's own θ and the floor, must still be right."""
+    lower index, and values between a warp's own θ and the floor, must still be right;
+    candidates reach the lists through the buffer, 32 at a time by the bitonic merge."""
     rng = np.random.default_rng(9)
     shape = (2, sized(1100, 40_000))
     x = rng.integers(-3, 4, shape).astype(np.float32) if ties else rng.standard_normal(shape)
-    for k in (3, 40):
+    for k in (3, 40, 70):  # lists of 1, 2 and 4 entries a lane
         run(x, k, plan=K.Plan(False, 64, 4))
 
 

@@ -35,41 +35,66 @@ from numba import cuda
 from ..combine import EMPTY, combine_device, larger_device, precedes_device, rank_device, weight_device
 from ..draws import gumbel_device
 from . import jit, vector
+from .chunk import pow2_ceil
 from .jit import accumulator
 from .reduce import block_combine, warp_combine
 from .warp import ballot, shfl, shfl2
 
 WARP = 32
+BUFFER = 2 * WARP  # a warp's candidate buffer: under 32 waiting + one vote's 32
 
 
 @functools.cache
-def warp_list(acc, slots, vpt):
-    """Device functions of a warp's top-k list: ``slots`` entries per lane (place of lane
-    i, slot s: i + 32·s), offered ``vpt`` values per lane at a time."""
+def warp_list(acc, slots):
+    """Device functions of a warp's top-k list: ``slots`` (a power of two) entries per
+    lane, place of lane i, slot s: i + 32·s, sorted best first.  The list holds the best
+    32·slots ≥ k entries offered so far; θ is its place k − 1."""
 
     @jit.device
-    def insert(lv, li, k, cu, cj, lane):
-        """Insert (cu, cj) if it ranks among the k best; every lane calls it together."""
-        p = 0  # its place: how many entries rank before it
-        for s in range(slots):
-            p += cuda.popc(ballot(lane + WARP * s < k and precedes_device(lv[s], li[s], cu, cj)))
-        if p >= k:
-            return
-        pu = cuda.local.array(slots, acc)  # every entry of the lane before (lane 0: lane 31)
-        pj = cuda.local.array(slots, numba.int32)
-        for s in range(slots):
-            pu[s], pj[s] = shfl2(lv[s], li[s], (lane + WARP - 1) % WARP)
-        for s in range(slots):  # places after p move one on; place p takes the candidate
-            q = lane + WARP * s
-            if q > p and lane > 0:
-                lv[s] = pu[s]
-                li[s] = pj[s]
-            elif q > p:  # lane 0 (so s ≥ 1): place 32·s − 1 is lane 31's slot s − 1
-                lv[s] = pu[max(s - 1, 0)]
-                li[s] = pj[max(s - 1, 0)]
-            elif q == p:
-                lv[s] = cu
-                li[s] = cj
+    def exchange(v, i, partner, keep_better):
+        """One compare-exchange of a sorting network across lanes: this lane keeps the
+        better (or the worse) of its entry and ``partner``'s."""
+        pv, pi = shfl2(v, i, partner)
+        if keep_better:
+            take = precedes_device(pv, pi, v, i)
+        else:
+            take = precedes_device(v, i, pv, pi)
+        return (pv, pi) if take else (v, i)
+
+    @jit.device
+    def flush(lv, li, bv, bi, base, count, lane):
+        """Merge the ``count`` candidates in bv/bi[base : base + count] into the list,
+        32 at a time: sort them across the lanes (a bitonic sort), pair the list's last
+        slot with them reversed — the better of each pair is a bitonic sequence holding
+        the best 32·slots of both — and sort that (a bitonic merge).  Every lane calls
+        it together; log² steps per 32 candidates instead of one insertion each."""
+        for r0 in range(0, count, WARP):
+            q = base + r0 + lane
+            cu, cj = acc(-math.inf), numba.int32(EMPTY)
+            if r0 + lane < count:
+                cu, cj = bv[q], bi[q]
+            size = 2
+            while size <= WARP:  # the candidates sorted, best first
+                j = size // 2
+                while j >= 1:
+                    cu, cj = exchange(cu, cj, lane ^ j, ((lane & j) == 0) == ((lane & size) == 0))
+                    j //= 2
+                size *= 2
+            ru, rj = shfl2(cu, cj, WARP - 1 - lane)
+            if precedes_device(ru, rj, lv[slots - 1], li[slots - 1]):
+                lv[slots - 1], li[slots - 1] = ru, rj
+            d = slots // 2
+            while d >= 1:  # the merge across slots, within the lane ...
+                for s in range(slots):
+                    if s & d == 0 and precedes_device(lv[s + d], li[s + d], lv[s], li[s]):
+                        lv[s], lv[s + d] = lv[s + d], lv[s]
+                        li[s], li[s + d] = li[s + d], li[s]
+                d //= 2
+            j = WARP // 2
+            while j >= 1:  # ... then across the lanes
+                for s in range(slots):
+                    lv[s], li[s] = exchange(lv[s], li[s], lane ^ j, (lane & j) == 0)
+                j //= 2
 
     @jit.device
     def threshold(lv, li, k):
@@ -81,31 +106,15 @@ def warp_list(acc, slots, vpt):
         return shfl2(tu, tj, (k - 1) % WARP)
 
     @jit.device
-    def offer(lv, li, k, u, jv, th_u, th_j, floor, lane):
-        """Insert the lanes' ``vpt`` values (u[i], index jv[i]) that rank before θ and
-        reach ``floor`` (a lower bound of the k-th best of a larger set: see
-        :func:`stream`), lowest i and lane first; returns the new θ."""
-        for i in range(vpt):
-            mask = ballot(u[i] >= floor and precedes_device(u[i], jv[i], th_u, th_j))
-            if mask != 0:
-                while mask != 0:  # the lanes whose i-th value beat θ, lowest lane first
-                    src = cuda.ffs(mask) - 1
-                    mask &= mask - 1
-                    cu, cj = shfl2(u[i], jv[i], src)
-                    insert(lv, li, k, cu, cj, lane)
-                th_u, th_j = threshold(lv, li, k)  # θ rises: fewer candidates at i + 1
-        return th_u, th_j
-
-    @jit.device
     def dump(lv, li, k, sv, si, base, lane):
-        """Write the list to sv/si[base : base + k]."""
+        """Write the list's first k places to sv/si[base : base + k]."""
         for s in range(slots):
             q = lane + WARP * s
             if q < k:
                 sv[base + q] = lv[s]
                 si[base + q] = li[s]
 
-    return insert, offer, dump
+    return flush, threshold, dump
 
 
 @functools.cache
@@ -116,9 +125,12 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
     u_j + G_j (Gumbel noise from ``key``: sampling), while (m, ℓ) stays that of u.
 
     The common chunk costs per value a multiply, a max, an exp, an add and one comparison
-    (u ≥ the gate); the next chunk's loads are in flight meanwhile.  Indices are formed
-    only for a chunk with candidates, and the −inf/NaN bookkeeping of
-    :func:`combine.weight` only for a chunk with no finite value.
+    (u ≥ the gate, the larger of θ and the floor); the next chunk's loads are in flight
+    meanwhile.  Indices are formed only for a chunk with candidates, and the −inf/NaN
+    bookkeeping of :func:`combine.weight` only for a chunk with no finite value.  The
+    candidates are appended to the warp's buffer (bv/bi[base : base + BUFFER], shared
+    memory; a vote gives each its place) and merged into the list 32 at a time
+    (:func:`warp_list`'s ``flush``), after which θ and the gate rise.
 
     With ``shared_floor`` the warps of a block stream one range and share a floor in
     ``floor_sh[0]``: the largest θ any warp has published.  Each warp's θ is the k-th best
@@ -130,20 +142,21 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
     bf16 = jit.storage(dtype) == jit.BFLOAT16  # stored as uint16 bits: −inf is 0xFF80
     load = jit.loader(dtype)
     load_row, _ = vector.raw_row_io(width)
-    _, offer, _ = warp_list(acc, slots, vpt)
+    flush, threshold, _ = warp_list(acc, slots)
     gumbel = gumbel_device(acc)
 
     @jit.device
-    def fold(x, row, start, stop, k, inv_t, key, t, R, lv, li, floor_sh):
+    def fold(x, row, start, stop, k, inv_t, key, t, R, lv, li, floor_sh, bv, bi, bbase):
         lane = t % WARP
         raw = cuda.local.array(vpt, stored)
         nxt = cuda.local.array(vpt, stored)
         u = cuda.local.array(vpt, acc)
-        jv = cuda.local.array(vpt, numba.int32)
+        uc = cuda.local.array(vpt, acc)  # a chunk with candidates: u, indexed by a runtime i
         for s in range(slots):
             lv[s] = -math.inf
             li[s] = EMPTY
-        th_u, th_j = acc(-math.inf), numba.int32(EMPTY)  # θ of an empty list
+        th_u = acc(-math.inf)  # θ of an empty list
+        count = 0  # candidates in the buffer
         floor = acc(-math.inf)
         m, l = acc(-math.inf), acc(0.0)
         pad = stored(0xFF80) if bf16 else stored(acc(-math.inf))  # past the end: u = −inf
@@ -176,7 +189,7 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
                     j = base + (t + (i // width) * R) * width + i % width
                     if j < stop:
                         u[i] += gumbel(key, j)
-            # the warp's k best: a vote on u ≥ gate, the rare candidates inserted in order
+            # the warp's k best: a vote on u ≥ gate; candidates to the buffer, 32 merged at a time
             if shared_floor:
                 if lane == 0:  # publish θ, read the floor: one shared atomic a warp
                     floor = cuda.atomic.max(floor_sh, 0, th_u)
@@ -186,10 +199,28 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
             for i in range(vpt):
                 hit = hit or u[i] >= gate
             if ballot(hit) != 0:
+                below = (numba.uint32(1) << numba.uint32(lane)) - numba.uint32(1)  # lanes before this one
+                for i in range(vpt):  # (a loop the compiler keeps: uc[i] lives in local memory)
+                    uc[i] = u[i]
                 for i in range(vpt):
-                    j = base + (t + (i // width) * R) * width + i % width
-                    jv[i] = j if j < stop else EMPTY
-                th_u, th_j = offer(lv, li, k, u, jv, th_u, th_j, floor, lane)
+                    mask = ballot(uc[i] >= gate)
+                    if mask != 0:
+                        if uc[i] >= gate:
+                            j = base + (t + (i // width) * R) * width + i % width
+                            q = bbase + count + cuda.popc(mask & below)
+                            bv[q] = uc[i]
+                            bi[q] = j if j < stop else EMPTY
+                        count += cuda.popc(mask)
+                        if count >= WARP:
+                            cuda.syncwarp()  # the buffer is written before other lanes read it
+                            flush(lv, li, bv, bi, bbase, count, lane)
+                            cuda.syncwarp()  # … and read before it is written again
+                            count = 0
+                            th_u, _ = threshold(lv, li, k)  # θ rises
+                            gate = max(floor, th_u)
+        if count > 0:
+            cuda.syncwarp()  # the buffer is written before other lanes read it
+            flush(lv, li, bv, bi, bbase, count, lane)
         return m, l
 
     return fold
@@ -260,19 +291,24 @@ def row_state(dtype, threads, vpt, width, slots, warp_rows, perturb):
     streams the range and merges its warps' lists (base = 0; any thread may read it).
     """
     acc = accumulator(dtype)
-    fold = stream(dtype, vpt, width, slots, perturb, not warp_rows)
-    _, _, dump = warp_list(acc, slots, vpt)
+    regs = pow2_ceil(slots)  # the list's entries a lane: a power of two (a bitonic merge)
+    fold = stream(dtype, vpt, width, regs, perturb, not warp_rows)
+    _, _, dump = warp_list(acc, regs)
     merge = merge_lists(acc, slots)
+    buffered = threads // WARP * BUFFER
 
     @jit.device
     def state(x, row, start, stop, k, inv_t, key, sv, si, m_sh, l_sh):
         tid = cuda.threadIdx.x
         warp, lane = tid // WARP, tid % WARP
-        lv = cuda.local.array(slots, acc)
-        li = cuda.local.array(slots, numba.int32)
+        lv = cuda.local.array(regs, acc)
+        li = cuda.local.array(regs, numba.int32)
         floor_sh = cuda.shared.array(1, acc)  # the block's floor (see stream)
+        bv = cuda.shared.array(buffered, acc)  # each warp's candidates
+        bi = cuda.shared.array(buffered, numba.int32)
         if warp_rows:
-            m, l = fold(x, row, start, stop, k, inv_t, key, lane, WARP, lv, li, floor_sh)
+            m, l = fold(x, row, start, stop, k, inv_t, key, lane, WARP, lv, li, floor_sh, bv, bi,
+                        warp * BUFFER)
             dump(lv, li, k, sv, si, warp * k, lane)
             cuda.syncwarp()  # the warp's list is in shared memory before its lanes read it
             m, l = warp_combine(m, l)
@@ -280,7 +316,8 @@ def row_state(dtype, threads, vpt, width, slots, warp_rows, perturb):
         if tid == 0:
             floor_sh[0] = -math.inf
         cuda.syncthreads()  # the floor is set before any warp publishes to it
-        m, l = fold(x, row, start, stop, k, inv_t, key, tid, threads, lv, li, floor_sh)
+        m, l = fold(x, row, start, stop, k, inv_t, key, tid, threads, lv, li, floor_sh, bv, bi,
+                    warp * BUFFER)
         dump(lv, li, k, sv, si, warp * k, lane)
         cuda.syncthreads()  # every warp's list is written before the merge reads them
         merge(sv, si, threads // WARP, k, tid, threads)
