@@ -49,6 +49,7 @@ def warp_list(acc, slots):
     """Device functions of a warp's top-k list: ``slots`` (a power of two) entries per
     lane, place of lane i, slot s: i + 32·s, sorted best first.  The list holds the best
     32·slots ≥ k entries offered so far; θ is its place k − 1."""
+    LOG_SLOTS = slots.bit_length() - 1
 
     @jit.device
     def exchange(v, i, partner, keep_better):
@@ -73,37 +74,33 @@ def warp_list(acc, slots):
             cu, cj = acc(-math.inf), numba.int32(EMPTY)
             if r0 + lane < count:
                 cu, cj = bv[q], bi[q]
-            size = 2
-            while size <= WARP:  # the candidates sorted, best first
-                j = size // 2
-                while j >= 1:
-                    cu, cj = exchange(cu, cj, lane ^ j, ((lane & j) == 0) == ((lane & size) == 0))
-                    j //= 2
-                size *= 2
+            for e in range(1, 6):  # the candidates sorted, best first (sizes 2 … 32)
+                for f in range(e - 1, -1, -1):
+                    j = 1 << f
+                    cu, cj = exchange(cu, cj, lane ^ j, ((lane & j) == 0) == ((lane >> e) & 1 == 0))
             ru, rj = shfl2(cu, cj, WARP - 1 - lane)
             if precedes_device(ru, rj, lv[slots - 1], li[slots - 1]):
                 lv[slots - 1], li[slots - 1] = ru, rj
-            d = slots // 2
-            while d >= 1:  # the merge across slots, within the lane ...
+            for e in range(LOG_SLOTS - 1, -1, -1):  # the merge across slots, within the lane ...
+                d = 1 << e
                 for s in range(slots):
                     if s & d == 0 and precedes_device(lv[s + d], li[s + d], lv[s], li[s]):
                         lv[s], lv[s + d] = lv[s + d], lv[s]
                         li[s], li[s + d] = li[s + d], li[s]
-                d //= 2
-            j = WARP // 2
-            while j >= 1:  # ... then across the lanes
+            for f in range(4, -1, -1):  # ... then across the lanes (strides 16 … 1)
+                j = 1 << f
                 for s in range(slots):
                     lv[s], li[s] = exchange(lv[s], li[s], lane ^ j, (lane & j) == 0)
-                j //= 2
 
     @jit.device
     def threshold(lv, li, k):
         """θ = the list's k-th entry (place k − 1), in every lane."""
-        tu, tj = lv[0], li[0]
-        for s in range(1, slots):
+        tu, tj = shfl2(lv[0], li[0], (k - 1) % WARP)
+        for s in range(1, slots):  # (each slot shuffled: a select of lv[s] would become a
+            a, b = shfl2(lv[s], li[s], (k - 1) % WARP)  # runtime index, lv in local memory)
             if s == (k - 1) // WARP:
-                tu, tj = lv[s], li[s]
-        return shfl2(tu, tj, (k - 1) % WARP)
+                tu, tj = a, b
+        return tu, tj
 
     @jit.device
     def dump(lv, li, k, sv, si, base, lane):
@@ -200,11 +197,23 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
                 hit = hit or u[i] >= gate
             if ballot(hit) != 0:
                 below = (numba.uint32(1) << numba.uint32(lane)) - numba.uint32(1)  # lanes before this one
-                for i in range(vpt):  # (a loop the compiler keeps: uc[i] lives in local memory)
-                    uc[i] = u[i]
+                total = 0
                 for i in range(vpt):
-                    mask = ballot(uc[i] >= gate)
-                    if mask != 0:
+                    total += cuda.popc(ballot(u[i] >= gate))
+                if count + total <= BUFFER:  # the common case: they all fit
+                    for i in range(vpt):
+                        mask = ballot(u[i] >= gate)
+                        if u[i] >= gate:  # its place: after the candidates of lanes before it
+                            j = base + (t + (i // width) * R) * width + i % width
+                            q = bbase + count + cuda.popc(mask & below)
+                            bv[q] = u[i]
+                            bi[q] = j if j < stop else EMPTY
+                        count += cuda.popc(mask)
+                else:  # (while the lists fill) merging whenever the buffer is full
+                    for i in range(vpt):  # (a loop the compiler keeps: uc[i] is in local memory)
+                        uc[i] = u[i]
+                    for i in range(vpt):
+                        mask = ballot(uc[i] >= gate)
                         if uc[i] >= gate:
                             j = base + (t + (i // width) * R) * width + i % width
                             q = bbase + count + cuda.popc(mask & below)
@@ -218,6 +227,14 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
                             count = 0
                             th_u, _ = threshold(lv, li, k)  # θ rises
                             gate = max(floor, th_u)
+                # merge as soon as as many wait as k (θ then lags the list by at most k
+                # entries, so few candidates pass a stale gate) or a warp's worth
+                if count >= min(k, WARP):
+                    cuda.syncwarp()  # the buffer is written before other lanes read it
+                    flush(lv, li, bv, bi, bbase, count, lane)
+                    cuda.syncwarp()  # … and read before it is written again
+                    count = 0
+                    th_u, _ = threshold(lv, li, k)
         if count > 0:
             cuda.syncwarp()  # the buffer is written before other lanes read it
             flush(lv, li, bv, bi, bbase, count, lane)
