@@ -49,7 +49,18 @@ def warp_list(acc, slots):
     """Device functions of a warp's top-k list: ``slots`` (a power of two) entries per
     lane, place of lane i, slot s: i + 32·s, sorted best first.  The list holds the best
     32·slots ≥ k entries offered so far; θ is its place k − 1."""
-    LOG_SLOTS = slots.bit_length() - 1
+
+    @jit.device
+    def insert(lv, li, k, cu, cj, lane):
+        """Insert (cu, cj) into a list of one slot (k ≤ 32) if it ranks among the k best:
+        its place p is how many entries rank before it; places after p move one lane on."""
+        p = cuda.popc(ballot(lane < k and precedes_device(lv[0], li[0], cu, cj)))
+        if p < k:
+            pu, pj = shfl2(lv[0], li[0], (lane + WARP - 1) % WARP)
+            if lane > p:
+                lv[0], li[0] = pu, pj
+            elif lane == p:
+                lv[0], li[0] = cu, cj
 
     @jit.device
     def exchange(v, i, partner, keep_better):
@@ -74,23 +85,28 @@ def warp_list(acc, slots):
             cu, cj = acc(-math.inf), numba.int32(EMPTY)
             if r0 + lane < count:
                 cu, cj = bv[q], bi[q]
-            for e in range(1, 6):  # the candidates sorted, best first (sizes 2 … 32)
-                for f in range(e - 1, -1, -1):
-                    j = 1 << f
-                    cu, cj = exchange(cu, cj, lane ^ j, ((lane & j) == 0) == ((lane >> e) & 1 == 0))
+            size = 2
+            while size <= WARP:  # the candidates sorted, best first
+                j = size // 2
+                while j >= 1:
+                    cu, cj = exchange(cu, cj, lane ^ j, ((lane & j) == 0) == ((lane & size) == 0))
+                    j //= 2
+                size *= 2
             ru, rj = shfl2(cu, cj, WARP - 1 - lane)
             if precedes_device(ru, rj, lv[slots - 1], li[slots - 1]):
                 lv[slots - 1], li[slots - 1] = ru, rj
-            for e in range(LOG_SLOTS - 1, -1, -1):  # the merge across slots, within the lane ...
-                d = 1 << e
+            d = slots // 2
+            while d >= 1:  # the merge across slots, within the lane ...
                 for s in range(slots):
                     if s & d == 0 and precedes_device(lv[s + d], li[s + d], lv[s], li[s]):
                         lv[s], lv[s + d] = lv[s + d], lv[s]
                         li[s], li[s + d] = li[s + d], li[s]
-            for f in range(4, -1, -1):  # ... then across the lanes (strides 16 … 1)
-                j = 1 << f
+                d //= 2
+            j = WARP // 2
+            while j >= 1:  # ... then across the lanes
                 for s in range(slots):
                     lv[s], li[s] = exchange(lv[s], li[s], lane ^ j, (lane & j) == 0)
+                j //= 2
 
     @jit.device
     def threshold(lv, li, k):
@@ -111,7 +127,7 @@ def warp_list(acc, slots):
                 sv[base + q] = lv[s]
                 si[base + q] = li[s]
 
-    return flush, threshold, dump
+    return insert, flush, threshold, dump
 
 
 @functools.cache
@@ -139,7 +155,8 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
     bf16 = jit.storage(dtype) == jit.BFLOAT16  # stored as uint16 bits: −inf is 0xFF80
     load = jit.loader(dtype)
     load_row, _ = vector.raw_row_io(width)
-    flush, threshold, _ = warp_list(acc, slots)
+    insert, flush, threshold, _ = warp_list(acc, slots)
+    serial = slots == 1
     gumbel = gumbel_device(acc)
 
     @jit.device
@@ -152,7 +169,7 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
         for s in range(slots):
             lv[s] = -math.inf
             li[s] = EMPTY
-        th_u = acc(-math.inf)  # θ of an empty list
+        th_u, th_j = acc(-math.inf), numba.int32(EMPTY)  # θ of an empty list
         count = 0  # candidates in the buffer
         floor = acc(-math.inf)
         m, l = acc(-math.inf), acc(0.0)
@@ -196,46 +213,40 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
             for i in range(vpt):
                 hit = hit or u[i] >= gate
             if ballot(hit) != 0:
-                below = (numba.uint32(1) << numba.uint32(lane)) - numba.uint32(1)  # lanes before this one
-                total = 0
-                for i in range(vpt):
-                    total += cuda.popc(ballot(u[i] >= gate))
-                if count + total <= BUFFER:  # the common case: they all fit
+                if serial:  # one slot (k ≤ 32): each candidate inserted in turn
                     for i in range(vpt):
-                        mask = ballot(u[i] >= gate)
-                        if u[i] >= gate:  # its place: after the candidates of lanes before it
-                            j = base + (t + (i // width) * R) * width + i % width
-                            q = bbase + count + cuda.popc(mask & below)
-                            bv[q] = u[i]
-                            bi[q] = j if j < stop else EMPTY
-                        count += cuda.popc(mask)
-                else:  # (while the lists fill) merging whenever the buffer is full
-                    for i in range(vpt):  # (a loop the compiler keeps: uc[i] is in local memory)
+                        j = base + (t + (i // width) * R) * width + i % width
+                        j = numba.int32(j if j < stop else EMPTY)
+                        mask = ballot(u[i] >= gate and precedes_device(u[i], j, th_u, th_j))
+                        if mask != 0:
+                            while mask != 0:  # the lanes whose i-th value passed, lowest first
+                                src = cuda.ffs(mask) - 1
+                                mask &= mask - 1
+                                cu, cj = shfl2(u[i], j, src)
+                                insert(lv, li, k, cu, cj, lane)
+                            th_u, th_j = threshold(lv, li, k)  # θ rises: fewer candidates at i + 1
+                            gate = max(floor, th_u)
+                else:  # candidates to the buffer, merged 32 at a time
+                    below = (numba.uint32(1) << numba.uint32(lane)) - numba.uint32(1)  # lanes before this one
+                    for i in range(vpt):  # (a loop the compiler keeps: uc[i] lives in local memory)
                         uc[i] = u[i]
                     for i in range(vpt):
                         mask = ballot(uc[i] >= gate)
-                        if uc[i] >= gate:
-                            j = base + (t + (i // width) * R) * width + i % width
-                            q = bbase + count + cuda.popc(mask & below)
-                            bv[q] = uc[i]
-                            bi[q] = j if j < stop else EMPTY
-                        count += cuda.popc(mask)
-                        if count >= WARP:
-                            cuda.syncwarp()  # the buffer is written before other lanes read it
-                            flush(lv, li, bv, bi, bbase, count, lane)
-                            cuda.syncwarp()  # … and read before it is written again
-                            count = 0
-                            th_u, _ = threshold(lv, li, k)  # θ rises
-                            gate = max(floor, th_u)
-                # merge as soon as as many wait as k (θ then lags the list by at most k
-                # entries, so few candidates pass a stale gate) or a warp's worth
-                if count >= min(k, WARP):
-                    cuda.syncwarp()  # the buffer is written before other lanes read it
-                    flush(lv, li, bv, bi, bbase, count, lane)
-                    cuda.syncwarp()  # … and read before it is written again
-                    count = 0
-                    th_u, _ = threshold(lv, li, k)
-        if count > 0:
+                        if mask != 0:
+                            if uc[i] >= gate:  # its place: after those of the lanes before it
+                                j = base + (t + (i // width) * R) * width + i % width
+                                q = bbase + count + cuda.popc(mask & below)
+                                bv[q] = uc[i]
+                                bi[q] = j if j < stop else EMPTY
+                            count += cuda.popc(mask)
+                            if count >= WARP:
+                                cuda.syncwarp()  # the buffer is written before other lanes read it
+                                flush(lv, li, bv, bi, bbase, count, lane)
+                                cuda.syncwarp()  # … and read before it is written again
+                                count = 0
+                                th_u, th_j = threshold(lv, li, k)  # θ rises
+                                gate = max(floor, th_u)
+        if not serial and count > 0:
             cuda.syncwarp()  # the buffer is written before other lanes read it
             flush(lv, li, bv, bi, bbase, count, lane)
         return m, l
@@ -310,7 +321,7 @@ def row_state(dtype, threads, vpt, width, slots, warp_rows, perturb):
     acc = accumulator(dtype)
     regs = pow2_ceil(slots)  # the list's entries a lane: a power of two (a bitonic merge)
     fold = stream(dtype, vpt, width, regs, perturb, not warp_rows)
-    _, _, dump = warp_list(acc, regs)
+    _, _, _, dump = warp_list(acc, regs)
     merge = merge_lists(acc, slots)
     buffered = threads // WARP * BUFFER
 
