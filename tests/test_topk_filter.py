@@ -59,13 +59,13 @@ def test_filter_refuses_a_plan_its_buffer_cannot_hold():
 def test_choose_takes_the_filter_for_some_rows_and_larger_k():
     limits = K.launcher.device_limits()
     f32 = np.dtype(np.float32)
-    rows = max(limits.sms // 4, 2)
     p = K.choose(2 * limits.sms, 128256, 50, f32, 4, limits, True)
     assert p.filter and p.splits == 1 and p.vpt == 8
-    assert K.choose(rows, 128256, 50, f32, 4, limits, True).filter
+    assert K.choose(limits.sms, 128256, 50, f32, 4, limits, True).filter
     assert not K.choose(8 * limits.sms, 128256, 50, f32, 4, limits, True).filter  # lists
     assert not K.choose(2 * limits.sms, 128256, 8, f32, 4, limits, True).filter  # lists
     assert not K.choose(2 * limits.sms, 128256, 50, f32, 4, limits).filter  # the sampler's
     assert not K.choose(1, 128256, 50, f32, 4, limits, True).filter  # the radix split
     rng = np.random.default_rng(6)
-    run(rng.standard_normal((rows, sized(2100, 128256))), 50)  # the default plan
+    run(rng.standard_normal((limits.sms, sized(2100, 128256))), 50)  # the default plan: filter
+    run(rng.standard_normal((2, sized(2100, 128256))), 50)  # (on the simulator: the lists, 2 pieces)

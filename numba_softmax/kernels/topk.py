@@ -50,6 +50,7 @@ RADIX_MERGE_PER_THREAD = 8  # … at most this many a thread (choose keeps S·k 
 RADIX_BLOCKS = 2  # radix pieces per multiprocessor at most: one wave (~90 registers a thread)
 FILTER_MIN_K = 8  # the threshold filter for k above this (the lists are faster at k ≤ 8)
 FILTER_THREADS = 256  # × 8 values a chunk: the fastest filter layout at B 64–256 (H200)
+LISTS_SPLIT_THREADS = 512  # the pieces' block where rows are a quarter to one per SM
 
 
 class Plan(NamedTuple):
@@ -86,17 +87,21 @@ def choose(rows, n, k, dtype, width, limits, radix=False):
     With ``radix`` (plain top-k; the sampler's perturbed pass keeps the lists) the split
     selects by radix instead: pieces of 256 threads × 8 values held in registers (16
     where more pieces would not run in one wave, or the merge's S·k entries would not
-    fit its registers); where neither fits, the lists.  And with ``radix``, k above
-    :data:`FILTER_MIN_K` and between a quarter of and twice as many rows as
-    multiprocessors: the threshold filter, a block per row (:mod:`.topk_filter`; measured
-    on an H200 at B 64–256, k 50: 1.2–1.4× the lists' speed — and 0.6–0.8× at B 1024,
-    where the lists stay).
+    fit its registers); where neither fits, the lists.  With ``radix`` and between a
+    quarter of and as many rows as multiprocessors: the lists, each row in about
+    SMs/rows pieces of :data:`LISTS_SPLIT_THREADS` (H200, B 64, V 32000–262144: 2 pieces
+    of 512 were within 13 % of the best layout timed, and 1.1–1.6× the filter at k 50);
+    from there to twice as many rows, for k above :data:`FILTER_MIN_K`, the threshold
+    filter, a block per row (:mod:`.topk_filter`; B 256, k 50: the block-per-row lists'
+    speed, 1.4× before the lists' buffer).
     """
     sms, max_threads = limits.sms, min(limits.max_threads, 512)
     vpt = min(4 * width, 16) if width > 1 else 8  # 16 keeps float16 in registers
     if n <= 4 * WARP * vpt:
         return Plan(True, min(128, max_threads), vpt)
-    if radix and k > FILTER_MIN_K and max(2, sms // 4) <= rows <= 2 * sms:
+    if radix and max(2, sms // 4) <= rows < sms:
+        return Plan(False, min(LISTS_SPLIT_THREADS, max_threads), vpt, max(1, round(sms / rows)))
+    if radix and k > FILTER_MIN_K and sms <= rows <= 2 * sms:
         return Plan(False, FILTER_THREADS, topk_filter.chunk_values(dtype, width), 1, filter=True)
     if rows >= sms:
         warps = max(2, min(8, _pow2_at_least(-(-12 * sms // rows))))
