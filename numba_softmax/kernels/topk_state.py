@@ -6,14 +6,16 @@ their indices) — built for a piece of a row, one read of the values:
 1. *thread*: each thread streams its values chunk by chunk (VPT per chunk, W-wide vector
    loads, u = x / T) and folds them into its own (m, ℓ), exactly as the online kernel does.
 2. *warp*: the warp keeps one top-k list spread over its 32 lanes — lane i holds places
-   i, i + 32, … (``slots`` = ⌈k/32⌉ per lane), in registers — and θ, the list's k-th
-   entry, in every lane.  A value enters only if it ranks before θ; after the first few
-   chunks almost none does, so the common cost per value is one comparison.  The rare
-   candidates are found with a vote and inserted one at a time, all lanes together:
-   place p = how many entries rank before it (a vote per slot), then every entry after p
-   moves one place on (a shuffle from the lane before).  Per-thread lists (the paper's
+   i, i + 32, … (a power of two ≥ ⌈k/32⌉ per lane), in registers — and θ, the list's
+   k-th entry.  A value is a candidate only if it reaches the gate, the larger of θ and
+   the block's floor (:func:`stream`); after the first few chunks almost none does, so
+   the common cost per value is one comparison.  With one entry a lane (k ≤ 32) each
+   candidate is inserted in turn, all lanes together: place p = how many entries rank
+   before it (a vote), then every entry after p moves one lane on (a shuffle).  With
+   more, the candidates wait in a shared buffer and are merged 32 at a time by a bitonic
+   sort and merge across the lanes (``flush``).  Per-thread lists (the paper's
    ``TopK<K>`` sorted by insertion) would cost 2k registers per thread; a warp's list
-   costs 2⌈k/32⌉ — k = 64 costs four.
+   costs two a slot — k = 64 costs four.
 3. *block*: each warp writes its list to shared memory and the lists are merged pairwise
    in log2(warps) rounds; each entry finds its place in the merged list on its own — its
    place in its list plus its rank in the partner list (:func:`combine.rank`, a binary
@@ -38,96 +40,9 @@ from . import jit, vector
 from .chunk import pow2_ceil
 from .jit import accumulator
 from .reduce import block_combine, warp_combine
+from .topk_list import BUFFER, WARP, warp_list
 from .warp import ballot, shfl, shfl2
 
-WARP = 32
-BUFFER = 2 * WARP  # a warp's candidate buffer: under 32 waiting + one vote's 32
-
-
-@functools.cache
-def warp_list(acc, slots):
-    """Device functions of a warp's top-k list: ``slots`` (a power of two) entries per
-    lane, place of lane i, slot s: i + 32·s, sorted best first.  The list holds the best
-    32·slots ≥ k entries offered so far; θ is its place k − 1."""
-
-    @jit.device
-    def insert(lv, li, k, cu, cj, lane):
-        """Insert (cu, cj) into a list of one slot (k ≤ 32) if it ranks among the k best:
-        its place p is how many entries rank before it; places after p move one lane on."""
-        p = cuda.popc(ballot(lane < k and precedes_device(lv[0], li[0], cu, cj)))
-        if p < k:
-            pu, pj = shfl2(lv[0], li[0], (lane + WARP - 1) % WARP)
-            if lane > p:
-                lv[0], li[0] = pu, pj
-            elif lane == p:
-                lv[0], li[0] = cu, cj
-
-    @jit.device
-    def exchange(v, i, partner, keep_better):
-        """One compare-exchange of a sorting network across lanes: this lane keeps the
-        better (or the worse) of its entry and ``partner``'s."""
-        pv, pi = shfl2(v, i, partner)
-        if keep_better:
-            take = precedes_device(pv, pi, v, i)
-        else:
-            take = precedes_device(v, i, pv, pi)
-        return (pv, pi) if take else (v, i)
-
-    @jit.device
-    def flush(lv, li, bv, bi, base, count, lane):
-        """Merge the ``count`` candidates in bv/bi[base : base + count] into the list,
-        32 at a time: sort them across the lanes (a bitonic sort), pair the list's last
-        slot with them reversed — the better of each pair is a bitonic sequence holding
-        the best 32·slots of both — and sort that (a bitonic merge).  Every lane calls
-        it together; log² steps per 32 candidates instead of one insertion each."""
-        for r0 in range(0, count, WARP):
-            q = base + r0 + lane
-            cu, cj = acc(-math.inf), numba.int32(EMPTY)
-            if r0 + lane < count:
-                cu, cj = bv[q], bi[q]
-            size = 2
-            while size <= WARP:  # the candidates sorted, best first
-                j = size // 2
-                while j >= 1:
-                    cu, cj = exchange(cu, cj, lane ^ j, ((lane & j) == 0) == ((lane & size) == 0))
-                    j //= 2
-                size *= 2
-            ru, rj = shfl2(cu, cj, WARP - 1 - lane)
-            if precedes_device(ru, rj, lv[slots - 1], li[slots - 1]):
-                lv[slots - 1], li[slots - 1] = ru, rj
-            d = slots // 2
-            while d >= 1:  # the merge across slots, within the lane ...
-                for s in range(slots):
-                    if s & d == 0 and precedes_device(lv[s + d], li[s + d], lv[s], li[s]):
-                        lv[s], lv[s + d] = lv[s + d], lv[s]
-                        li[s], li[s + d] = li[s + d], li[s]
-                d //= 2
-            j = WARP // 2
-            while j >= 1:  # ... then across the lanes
-                for s in range(slots):
-                    lv[s], li[s] = exchange(lv[s], li[s], lane ^ j, (lane & j) == 0)
-                j //= 2
-
-    @jit.device
-    def threshold(lv, li, k):
-        """θ = the list's k-th entry (place k − 1), in every lane."""
-        tu, tj = shfl2(lv[0], li[0], (k - 1) % WARP)
-        for s in range(1, slots):  # (each slot shuffled: a select of lv[s] would become a
-            a, b = shfl2(lv[s], li[s], (k - 1) % WARP)  # runtime index, lv in local memory)
-            if s == (k - 1) // WARP:
-                tu, tj = a, b
-        return tu, tj
-
-    @jit.device
-    def dump(lv, li, k, sv, si, base, lane):
-        """Write the list's first k places to sv/si[base : base + k]."""
-        for s in range(slots):
-            q = lane + WARP * s
-            if q < k:
-                sv[base + q] = lv[s]
-                si[base + q] = li[s]
-
-    return insert, flush, threshold, dump
 
 
 @functools.cache
