@@ -172,7 +172,10 @@ def topk_cases(sim):
         return run
 
     shapes = [((3, 37), 5), ((2, 300), 8)] if sim else [((3, 37), 5), ((5, 1001), 50),
-                                                        ((1, 128256), 8), ((64, 32000), 50)]
+                                                        ((1, 128256), 8), ((64, 32000), 50),
+                                                        ((300, 5000), 8), ((300, 5000), 40)]
+    # (GPU: a warp per row with the buffer; the radix split; the lists split with the
+    # buffer and the block's floor; a block per row inserting in turn, and buffering)
     return [Case(f"topk:{s[0]}x{s[1]}:k{k}", make(s, k)) for s, k in shapes]
 
 
