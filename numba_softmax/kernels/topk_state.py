@@ -142,25 +142,51 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
                             th_u, th_j = threshold(lv, li, k)  # θ rises: fewer candidates at i + 1
                             gate = max(floor, th_u)
                 else:  # candidates to the buffer, merged 32 at a time
-                    below = (numba.uint32(1) << numba.uint32(lane)) - numba.uint32(1)  # lanes before this one
-                    for i in range(vpt):  # (a loop the compiler keeps: uc[i] lives in local memory)
-                        uc[i] = u[i]
+                    mine = 0  # this lane's candidates, and how many the lanes before it have
                     for i in range(vpt):
-                        mask = ballot(uc[i] >= gate)
-                        if mask != 0:
-                            if uc[i] >= gate:  # its place: after those of the lanes before it
+                        mine += 1 if u[i] >= gate else 0
+                    before = mine
+                    for e in range(5):  # an inclusive scan across the lanes (strides 1 … 16)
+                        other = shfl(before, max(lane - (1 << e), 0))
+                        if lane >= 1 << e:
+                            before += other
+                    total = shfl(before, WARP - 1)
+                    before -= mine
+                    if count + total <= BUFFER:  # the common case: each lane writes its own
+                        q = bbase + count + before
+                        for i in range(vpt):
+                            if u[i] >= gate:
                                 j = base + (t + (i // width) * R) * width + i % width
-                                q = bbase + count + cuda.popc(mask & below)
-                                bv[q] = uc[i]
+                                bv[q] = u[i]
                                 bi[q] = j if j < stop else EMPTY
-                            count += cuda.popc(mask)
-                            if count >= WARP:
-                                cuda.syncwarp()  # the buffer is written before other lanes read it
-                                flush(lv, li, bv, bi, bbase, count, lane)
-                                cuda.syncwarp()  # … and read before it is written again
-                                count = 0
-                                th_u, th_j = threshold(lv, li, k)  # θ rises
-                                gate = max(floor, th_u)
+                                q += 1
+                        count += total
+                    else:  # (while the lists fill) in order of i, merging whenever full
+                        below = (numba.uint32(1) << numba.uint32(lane)) - numba.uint32(1)
+                        for i in range(vpt):  # (a loop the compiler keeps: uc[i] in local memory)
+                            uc[i] = u[i]
+                        for i in range(vpt):
+                            mask = ballot(uc[i] >= gate)
+                            if mask != 0:
+                                if uc[i] >= gate:  # its place: after those of the lanes before it
+                                    j = base + (t + (i // width) * R) * width + i % width
+                                    q = bbase + count + cuda.popc(mask & below)
+                                    bv[q] = uc[i]
+                                    bi[q] = j if j < stop else EMPTY
+                                count += cuda.popc(mask)
+                                if count >= WARP:
+                                    cuda.syncwarp()  # the buffer is written before other lanes read it
+                                    flush(lv, li, bv, bi, bbase, count, lane)
+                                    cuda.syncwarp()  # … and read before it is written again
+                                    count = 0
+                                    th_u, th_j = threshold(lv, li, k)  # θ rises
+                                    gate = max(floor, th_u)
+                    if count >= WARP:
+                        cuda.syncwarp()  # the buffer is written before other lanes read it
+                        flush(lv, li, bv, bi, bbase, count, lane)
+                        cuda.syncwarp()  # … and read before it is written again
+                        count = 0
+                        th_u, th_j = threshold(lv, li, k)
         if not serial and count > 0:
             cuda.syncwarp()  # the buffer is written before other lanes read it
             flush(lv, li, bv, bi, bbase, count, lane)
