@@ -16,7 +16,8 @@ Four layouts (:func:`choose`):
 * *a warp per row* for short rows (no barrier at all);
 * *a block per row* for long rows when there are enough of them to fill the device;
 * *the threshold filter* (:mod:`.topk_filter`), a block per row keeping only what beats
-  its k-th best so far, for k > 8 over a quarter of to twice as many rows as SMs;
+  its k-th best so far — only for a plan that asks for it: since the warps' lists share
+  a floor and buffer their candidates it is no faster anywhere measured (B 64–256);
 * *split*: few long rows (B = 1 in decoding) cut into S pieces, one block each; kernel 1
   writes each piece's state (m, ℓ, k values, k indices) to a workspace, kernel 2 merges a
   row's S states and writes.  The launch boundary is the grid-wide barrier.  By default
@@ -48,8 +49,6 @@ MERGE_THREADS = 512  # the split path's merge block (at most)
 RADIX_MERGE_THREADS = 1024  # the radix merge's block: its S·k entries in registers
 RADIX_MERGE_PER_THREAD = 8  # … at most this many a thread (choose keeps S·k below)
 RADIX_BLOCKS = 2  # radix pieces per multiprocessor at most: one wave (~90 registers a thread)
-FILTER_MIN_K = 8  # the threshold filter for k above this (the lists are faster at k ≤ 8)
-FILTER_THREADS = 256  # × 8 values a chunk: the fastest filter layout at B 64–256 (H200)
 LISTS_SPLIT_THREADS = 512  # the pieces' block where rows are a quarter to one per SM
 
 
@@ -80,8 +79,8 @@ def choose(rows, n, k, dtype, width, limits, radix=False):
 
     Short rows (≤ 4 chunks of a warp): a warp per row.  Long rows, at least one per
     multiprocessor: a block per row of as few warps (2 … 8) as give the device ~12 warps
-    per multiprocessor — each warp's list costs its own k·(1 + ln(values/k)) insertions,
-    so fewer warps per row do less work.  Fewer rows: split each row into pieces (blocks
+    per multiprocessor — each warp still fills its own list, and at B 1024 the registers
+    hold one wave only at two warps a row.  Fewer rows: split each row into pieces (blocks
     of 256 threads, 512 for a handful of rows: shorter per-warp insertion chains), enough
     for ~16 warps per multiprocessor, as many as the merge's shared memory holds.
     With ``radix`` (plain top-k; the sampler's perturbed pass keeps the lists) the split
@@ -90,10 +89,7 @@ def choose(rows, n, k, dtype, width, limits, radix=False):
     fit its registers); where neither fits, the lists.  With ``radix`` and between a
     quarter of and as many rows as multiprocessors: the lists, each row in about
     SMs/rows pieces of :data:`LISTS_SPLIT_THREADS` (H200, B 64, V 32000–262144: 2 pieces
-    of 512 were within 13 % of the best layout timed, and 1.1–1.6× the filter at k 50);
-    from there to twice as many rows, for k above :data:`FILTER_MIN_K`, the threshold
-    filter, a block per row (:mod:`.topk_filter`; B 256, k 50: the block-per-row lists'
-    speed, 1.4× before the lists' buffer).
+    of 512 were within 13 % of the best layout timed, and 1.0–1.8× the threshold filter).
     """
     sms, max_threads = limits.sms, min(limits.max_threads, 512)
     vpt = min(4 * width, 16) if width > 1 else 8  # 16 keeps float16 in registers
@@ -101,8 +97,6 @@ def choose(rows, n, k, dtype, width, limits, radix=False):
         return Plan(True, min(128, max_threads), vpt)
     if radix and max(2, sms // 4) <= rows < sms:
         return Plan(False, min(LISTS_SPLIT_THREADS, max_threads), vpt, max(1, round(sms / rows)))
-    if radix and k > FILTER_MIN_K and sms <= rows <= 2 * sms:
-        return Plan(False, FILTER_THREADS, topk_filter.chunk_values(dtype, width), 1, filter=True)
     if rows >= sms:
         warps = max(2, min(8, _pow2_at_least(-(-12 * sms // rows))))
         return Plan(False, min(WARP * warps, max_threads), vpt)
