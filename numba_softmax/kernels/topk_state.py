@@ -44,7 +44,6 @@ from .topk_list import BUFFER, WARP, warp_list
 from .warp import ballot, shfl, shfl2
 
 
-
 @functools.cache
 def stream(dtype, vpt, width, slots, perturb, shared_floor):
     """Device function: one thread's (m, ℓ) over its values of x[row, start:stop] and its
@@ -55,10 +54,13 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
     The common chunk costs per value a multiply, a max, an exp, an add and one comparison
     (u ≥ the gate, the larger of θ and the floor); the next chunk's loads are in flight
     meanwhile.  Indices are formed only for a chunk with candidates, and the −inf/NaN
-    bookkeeping of :func:`combine.weight` only for a chunk with no finite value.  The
-    candidates are appended to the warp's buffer (bv/bi[base : base + BUFFER], shared
-    memory; a vote gives each its place) and merged into the list 32 at a time
-    (:func:`warp_list`'s ``flush``), after which θ and the gate rise.
+    bookkeeping of :func:`combine.weight` only for a chunk with no finite value.  With
+    one slot (k ≤ 32) the candidates are inserted in turn (:func:`.topk_list.warp_list`'s
+    ``insert``), θ rising after each; with more they are appended to the warp's buffer
+    (bv/bi[bbase : bbase + BUFFER], shared memory — each lane at its place after a scan
+    of the lanes' counts) and merged 32 at a time (``flush``), after which θ and the
+    gate rise.  (Measured, H200: inserting in turn is the faster at one slot, buffering
+    at two or more; ``docs/benchmarks/NOTES.md``, fourteenth session.)
 
     With ``shared_floor`` the warps of a block stream one range and share a floor in
     ``floor_sh[0]``: the largest θ any warp has published.  Each warp's θ is the k-th best
