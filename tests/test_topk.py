@@ -165,8 +165,10 @@ def test_choose_takes_the_radix_split_for_few_long_rows():
         p = K.choose(1, 128256, k, np.dtype(np.float32), 4, limits, True)
         assert p.radix and p.splits > 1 and p.splits * k <= 1024 * K.RADIX_MERGE_PER_THREAD
     assert not K.choose(1, 128256, 50, np.dtype(np.float32), 4, limits).radix  # the sampler's
-    for k in (8, 50):  # half a row per multiprocessor: the lists, each row in 2 pieces of 512
+    for k in (8, 50):  # half a row per multiprocessor: the lists, each row in 2 pieces of 512 …
         assert K.choose(64, 128256, k, np.dtype(np.float32), 4, limits, True) == K.Plan(False, 512, 16, 2)
+        # … but a piece of fewer than 4 chunks of its block: a block a row
+        assert K.choose(64, 32000, k, np.dtype(np.float32), 4, limits, True) == K.Plan(False, 512, 16, 1)
     assert not K.choose(1, 2**24, 128, np.dtype(np.float32), 4, limits, True).radix  # S·k too many
     rng = np.random.default_rng(10)
     run(rng.standard_normal((1, sized(2100, 128256))), 5)  # the default plan: radix split

@@ -88,15 +88,19 @@ def choose(rows, n, k, dtype, width, limits, radix=False):
     where more pieces would not run in one wave, or the merge's S·k entries would not
     fit its registers); where neither fits, the lists.  With ``radix`` and between a
     quarter of and as many rows as multiprocessors: the lists, each row in about
-    SMs/rows pieces of :data:`LISTS_SPLIT_THREADS` (H200, B 64, V 32000–262144: 2 pieces
-    of 512 were within 13 % of the best layout timed, and 1.0–1.8× the threshold filter).
+    SMs/rows pieces of :data:`LISTS_SPLIT_THREADS`, each piece at least 4 chunks of its
+    block (H200, B 64: 2 pieces of 512 at V 128256–262144, 5–13 % ahead of a block a row;
+    at V 32000, where a piece would hold 2 chunks, a block a row, 13 % ahead; both
+    1.0–2.8× the threshold filter).
     """
     sms, max_threads = limits.sms, min(limits.max_threads, 512)
     vpt = min(4 * width, 16) if width > 1 else 8  # 16 keeps float16 in registers
     if n <= 4 * WARP * vpt:
         return Plan(True, min(128, max_threads), vpt)
     if radix and max(2, sms // 4) <= rows < sms:
-        return Plan(False, min(LISTS_SPLIT_THREADS, max_threads), vpt, max(1, round(sms / rows)))
+        threads = min(LISTS_SPLIT_THREADS, max_threads)
+        splits = max(1, min(round(sms / rows), n // (4 * threads * vpt)))  # ≥ 4 chunks a piece
+        return Plan(False, threads, vpt, splits)
     if rows >= sms:
         warps = max(2, min(8, _pow2_at_least(-(-12 * sms // rows))))
         return Plan(False, min(WARP * warps, max_threads), vpt)
