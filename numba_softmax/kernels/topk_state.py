@@ -8,7 +8,7 @@ their indices) — built for a piece of a row, one read of the values:
 2. *warp*: the warp keeps one top-k list spread over its 32 lanes — lane i holds places
    i, i + 32, … (a power of two ≥ ⌈k/32⌉ per lane), in registers — and θ, the list's
    k-th entry.  A value is a candidate only if it reaches the gate, the larger of θ and
-   the block's floor (:func:`stream`); after the first few chunks almost none does, so
+   the block's floor (:func:`.topk_stream.stream`); after the first few chunks almost none does, so
    the common cost per value is one comparison.  With one entry a lane (k ≤ 32) each
    candidate is inserted in turn, all lanes together: place p = how many entries rank
    before it (a vote), then every entry after p moves one lane on (a shuffle).  With
@@ -31,170 +31,15 @@ import functools
 import math
 
 import numba
-import numpy as np
 from numba import cuda
 
-from ..combine import EMPTY, combine_device, larger_device, precedes_device, rank_device, weight_device
-from ..draws import gumbel_device
-from . import jit, vector
+from ..combine import combine_device, rank_device, weight_device
+from . import jit
 from .chunk import pow2_ceil
 from .jit import accumulator
 from .reduce import block_combine, warp_combine
 from .topk_list import BUFFER, WARP, warp_list
-from .warp import ballot, shfl, shfl2
-
-
-@functools.cache
-def stream(dtype, vpt, width, slots, perturb, shared_floor):
-    """Device function: one thread's (m, ℓ) over its values of x[row, start:stop] and its
-    warp's top-k list (lv/li: ``slots`` entries per lane).  ``t``: the thread's place among
-    the R threads streaming the range (whole warps).  With ``perturb`` the list ranks
-    u_j + G_j (Gumbel noise from ``key``: sampling), while (m, ℓ) stays that of u.
-
-    The common chunk costs per value a multiply, a max, an exp, an add and one comparison
-    (u ≥ the gate, the larger of θ and the floor); the next chunk's loads are in flight
-    meanwhile.  Indices are formed only for a chunk with candidates, and the −inf/NaN
-    bookkeeping of :func:`combine.weight` only for a chunk with no finite value.  With
-    one slot (k ≤ 32) the candidates are inserted in turn (:func:`.topk_list.warp_list`'s
-    ``insert``), θ rising after each; with more they are appended to the warp's buffer
-    (bv/bi[bbase : bbase + BUFFER], shared memory — each lane at its place after a scan
-    of the lanes' counts) and merged 32 at a time (``flush``), after which θ and the
-    gate rise.  (Measured, H200: inserting in turn is the faster at one slot, buffering
-    at two or more; ``docs/benchmarks/NOTES.md``, fourteenth session.)
-
-    With ``shared_floor`` the warps of a block stream one range and share a floor in
-    ``floor_sh[0]``: the largest θ any warp has published.  Each warp's θ is the k-th best
-    of values of the range, so no value below the floor can be among the range's k best,
-    and no warp inserts one — the block inserts about as often as one warp streaming the
-    whole range would, not once per warp."""
-    acc = accumulator(dtype)
-    stored = numba.uint16 if jit.storage(dtype) == jit.BFLOAT16 else numba.from_dtype(np.dtype(dtype))
-    bf16 = jit.storage(dtype) == jit.BFLOAT16  # stored as uint16 bits: −inf is 0xFF80
-    load = jit.loader(dtype)
-    load_row, _ = vector.raw_row_io(width)
-    insert, flush, threshold, _ = warp_list(acc, slots)
-    serial = slots == 1
-    gumbel = gumbel_device(acc)
-
-    @jit.device
-    def fold(x, row, start, stop, k, inv_t, key, t, R, lv, li, floor_sh, bv, bi, bbase):
-        lane = t % WARP
-        raw = cuda.local.array(vpt, stored)
-        nxt = cuda.local.array(vpt, stored)
-        u = cuda.local.array(vpt, acc)
-        uc = cuda.local.array(vpt, acc)  # a chunk with candidates: u, indexed by a runtime i
-        for s in range(slots):
-            lv[s] = -math.inf
-            li[s] = EMPTY
-        th_u, th_j = acc(-math.inf), numba.int32(EMPTY)  # θ of an empty list
-        count = 0  # candidates in the buffer
-        floor = acc(-math.inf)
-        m, l = acc(-math.inf), acc(0.0)
-        pad = stored(0xFF80) if bf16 else stored(acc(-math.inf))  # past the end: u = −inf
-        step = R * vpt
-        for i in range(vpt // width):  # the first chunk's loads (−inf past the end)
-            load_row(x, row, start + (t + i * R) * width, stop, nxt, i * width, pad)
-        for base in range(start, stop, step):
-            for i in range(vpt):
-                raw[i] = nxt[i]
-            if base + step < stop:  # the next chunk's loads, in flight while this one folds
-                for i in range(vpt // width):
-                    load_row(x, row, base + step + (t + i * R) * width, stop, nxt, i * width, pad)
-            # u = x / T; the chunk's state (m_c, ℓ_c), then the online step
-            m_chunk = acc(-math.inf)
-            for i in range(vpt):
-                u[i] = load(raw[i]) * inv_t
-                m_chunk = max(m_chunk, u[i])
-            l_chunk = acc(0.0)
-            if m_chunk > -math.inf:  # a NaN in u makes ℓ_c NaN, as combine's does
-                for i in range(vpt):
-                    l_chunk += math.exp(u[i] - m_chunk)
-            else:  # no finite value: −inf everywhere, or a NaN the max let go
-                for i in range(vpt):
-                    m_chunk = larger_device(m_chunk, u[i])
-                for i in range(vpt):
-                    l_chunk += weight_device(u[i], m_chunk)
-            m, l = combine_device(m, l, m_chunk, l_chunk)
-            if perturb:
-                for i in range(vpt):
-                    j = base + (t + (i // width) * R) * width + i % width
-                    if j < stop:
-                        u[i] += gumbel(key, j)
-            # the warp's k best: a vote on u ≥ gate; candidates to the buffer, 32 merged at a time
-            if shared_floor:
-                if lane == 0:  # publish θ, read the floor: one shared atomic a warp
-                    floor = cuda.atomic.max(floor_sh, 0, th_u)
-                floor = max(shfl(floor, 0), th_u)
-            gate = max(floor, th_u)
-            hit = False
-            for i in range(vpt):
-                hit = hit or u[i] >= gate
-            if ballot(hit) != 0:
-                if serial:  # one slot (k ≤ 32): each candidate inserted in turn
-                    for i in range(vpt):
-                        j = base + (t + (i // width) * R) * width + i % width
-                        j = numba.int32(j if j < stop else EMPTY)
-                        mask = ballot(u[i] >= gate and precedes_device(u[i], j, th_u, th_j))
-                        if mask != 0:
-                            while mask != 0:  # the lanes whose i-th value passed, lowest first
-                                src = cuda.ffs(mask) - 1
-                                mask &= mask - 1
-                                cu, cj = shfl2(u[i], j, src)
-                                insert(lv, li, k, cu, cj, lane)
-                            th_u, th_j = threshold(lv, li, k)  # θ rises: fewer candidates at i + 1
-                            gate = max(floor, th_u)
-                else:  # candidates to the buffer, merged 32 at a time
-                    mine = 0  # this lane's candidates, and how many the lanes before it have
-                    for i in range(vpt):
-                        mine += 1 if u[i] >= gate else 0
-                    before = mine
-                    for e in range(5):  # an inclusive scan across the lanes (strides 1 … 16)
-                        other = shfl(before, max(lane - (1 << e), 0))
-                        if lane >= 1 << e:
-                            before += other
-                    total = shfl(before, WARP - 1)
-                    before -= mine
-                    if count + total <= BUFFER:  # the common case: each lane writes its own
-                        q = bbase + count + before
-                        for i in range(vpt):
-                            if u[i] >= gate:
-                                j = base + (t + (i // width) * R) * width + i % width
-                                bv[q] = u[i]
-                                bi[q] = j if j < stop else EMPTY
-                                q += 1
-                        count += total
-                    else:  # (while the lists fill) in order of i, merging whenever full
-                        below = (numba.uint32(1) << numba.uint32(lane)) - numba.uint32(1)
-                        for i in range(vpt):  # (a loop the compiler keeps: uc[i] in local memory)
-                            uc[i] = u[i]
-                        for i in range(vpt):
-                            mask = ballot(uc[i] >= gate)
-                            if mask != 0:
-                                if uc[i] >= gate:  # its place: after those of the lanes before it
-                                    j = base + (t + (i // width) * R) * width + i % width
-                                    q = bbase + count + cuda.popc(mask & below)
-                                    bv[q] = uc[i]
-                                    bi[q] = j if j < stop else EMPTY
-                                count += cuda.popc(mask)
-                                if count >= WARP:
-                                    cuda.syncwarp()  # the buffer is written before other lanes read it
-                                    flush(lv, li, bv, bi, bbase, count, lane)
-                                    cuda.syncwarp()  # … and read before it is written again
-                                    count = 0
-                                    th_u, th_j = threshold(lv, li, k)  # θ rises
-                                    gate = max(floor, th_u)
-                    if count >= WARP:
-                        cuda.syncwarp()  # the buffer is written before other lanes read it
-                        flush(lv, li, bv, bi, bbase, count, lane)
-                        cuda.syncwarp()  # … and read before it is written again
-                        count = 0
-                        th_u, th_j = threshold(lv, li, k)
-        if not serial and count > 0:
-            cuda.syncwarp()  # the buffer is written before other lanes read it
-            flush(lv, li, bv, bi, bbase, count, lane)
-        return m, l
-
-    return fold
+from .topk_stream import stream
 
 
 @functools.cache
@@ -263,7 +108,7 @@ def row_state(dtype, threads, vpt, width, slots, warp_rows, perturb):
     """
     acc = accumulator(dtype)
     regs = pow2_ceil(slots)  # the list's entries a lane: a power of two (a bitonic merge)
-    fold = stream(dtype, vpt, width, regs, perturb, not warp_rows)
+    fold = stream(dtype, vpt, width, regs, perturb, not warp_rows)  # (m, ℓ) and the warp's list
     _, _, _, dump = warp_list(acc, regs)
     merge = merge_lists(acc, slots)
     buffered = threads // WARP * BUFFER
