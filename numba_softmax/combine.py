@@ -179,8 +179,10 @@ so a real −inf value ranks before it, and two empty slots are equal."""
 def precedes(u_a, j_a, u_b, j_b):
     """(u_a, j_a) ranks before (u_b, j_b): the larger value first, equal values by the lower
     index.  A NaN precedes nothing and nothing precedes it, so it never enters a list (its
-    row's (m, ℓ) is NaN, and the kernels write the whole row as NaN)."""
-    return u_a > u_b or (u_a == u_b and j_a < j_b)
+    row's (m, ℓ) is NaN, and the kernels write the whole row as NaN).  (``|`` and ``&``,
+    not ``or`` and ``and``: on the device both sides are cheap, and a short circuit is a
+    branch — two in every compare-exchange of a sorting network.)"""
+    return (u_a > u_b) | ((u_a == u_b) & (j_a < j_b))
 
 
 def rank(u, j, values, indices, start, k, ties):

@@ -26,7 +26,7 @@ from numba_softmax.kernels.topk_list import BUFFER, WARP, warp_list
 def flush_kernel(slots):
     """One warp: the list (32·slots entries, lane i holding places i, i + 32, …) takes the
     buffer's ``count`` candidates through ``flush``."""
-    _, flush, _, _ = warp_list(numba.float32, slots)
+    _, _, flush, _, _ = warp_list(numba.float32, slots)
 
     @jit.kernel
     def run(lv_in, li_in, bv_in, bi_in, count, lv_out, li_out):
@@ -50,7 +50,7 @@ def flush_kernel(slots):
 @functools.cache
 def insert_kernel():
     """One warp: a list of one slot takes each candidate in turn through ``insert``."""
-    insert, _, _, _ = warp_list(numba.float32, 1)
+    insert = warp_list(numba.float32, 1)[0]
 
     @jit.kernel
     def run(lv_in, li_in, cv, ci, k, lv_out, li_out):

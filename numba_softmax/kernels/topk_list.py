@@ -2,16 +2,17 @@
 
 Lane i holds places i, i + 32, … — ``slots`` entries a lane, a power of two — sorted best
 first by :func:`numba_softmax.combine.precedes` (the larger value, then the lower index).
-Two ways in, both run by all lanes together (:mod:`.topk_state` picks by ``slots``):
+Three ways in, each run by all lanes together (:mod:`.topk_stream` seeds a list with
+``offer``, then takes candidates by ``insert`` or ``flush``, picked by ``slots``):
 
 * ``insert`` — one candidate into a list of one slot (k ≤ 32): its place p is how many
   entries rank before it (a vote), and the entries after p move one lane on (a shuffle);
-* ``flush`` — up to 32 candidates at a time from a buffer in shared memory: a bitonic
-  sort of them across the lanes, the list's last slot paired with them reversed (the
-  better of each pair is a bitonic sequence that holds the best 32·slots of both), then a
-  bitonic merge, within each lane across slots and then across lanes.  About log² steps a
-  merge, where inserting 32 candidates one by one would cost 32 chains of votes and
-  shuffles per slot.
+* ``offer`` — 32 candidates at once, one a lane: a bitonic sort of them across the lanes,
+  the list's last slot paired with them reversed (the better of each pair is a bitonic
+  sequence that holds the best 32·slots of both), then a bitonic merge, within each lane
+  across slots and then across lanes.  About log² steps a merge, where inserting 32
+  candidates one by one would cost 32 chains of votes and shuffles per slot;
+* ``flush`` — a buffer of candidates in shared memory, offered 32 at a time.
 
 ``threshold`` gives θ (the list's place k − 1) to every lane; ``dump`` writes the first k
 places to shared memory for the block's merge.
@@ -54,46 +55,50 @@ def warp_list(acc, slots):
         """One compare-exchange of a sorting network across lanes: this lane keeps the
         better (or the worse) of its entry and ``partner``'s."""
         pv, pi = shfl2(v, i, partner)
-        if keep_better:
-            take = precedes_device(pv, pi, v, i)
-        else:
-            take = precedes_device(v, i, pv, pi)
+        # (lists hold no NaN and no two equal entries but empty slots, so "the partner's
+        # is not better" is "mine is better or the same": one comparison, no branch)
+        take = precedes_device(pv, pi, v, i) == keep_better
         return (pv, pi) if take else (v, i)
 
     @jit.device
+    def offer(lv, li, cu, cj, lane):
+        """Merge 32 candidates, (cu, cj) of every lane, into the list: sort them across the
+        lanes (a bitonic sort), pair the list's last slot with them reversed — the better
+        of each pair is a bitonic sequence holding the best 32·slots of both — and sort
+        that (a bitonic merge).  Every lane calls it together; log² steps for 32
+        candidates instead of one insertion each."""
+        size = 2
+        while size <= WARP:  # the candidates sorted, best first
+            j = size // 2
+            while j >= 1:
+                cu, cj = exchange(cu, cj, lane ^ j, ((lane & j) == 0) == ((lane & size) == 0))
+                j //= 2
+            size *= 2
+        ru, rj = shfl2(cu, cj, WARP - 1 - lane)
+        if precedes_device(ru, rj, lv[slots - 1], li[slots - 1]):
+            lv[slots - 1], li[slots - 1] = ru, rj
+        d = slots // 2
+        while d >= 1:  # the merge across slots, within the lane ...
+            for s in range(slots):
+                if s & d == 0 and precedes_device(lv[s + d], li[s + d], lv[s], li[s]):
+                    lv[s], lv[s + d] = lv[s + d], lv[s]
+                    li[s], li[s + d] = li[s + d], li[s]
+            d //= 2
+        j = WARP // 2
+        while j >= 1:  # ... then across the lanes
+            for s in range(slots):
+                lv[s], li[s] = exchange(lv[s], li[s], lane ^ j, (lane & j) == 0)
+            j //= 2
+
+    @jit.device
     def flush(lv, li, bv, bi, base, count, lane):
-        """Merge the ``count`` candidates in bv/bi[base : base + count] into the list,
-        32 at a time: sort them across the lanes (a bitonic sort), pair the list's last
-        slot with them reversed — the better of each pair is a bitonic sequence holding
-        the best 32·slots of both — and sort that (a bitonic merge).  Every lane calls
-        it together; log² steps per 32 candidates instead of one insertion each."""
+        """Merge the ``count`` candidates in bv/bi[base : base + count] into the list, 32
+        at a time (``offer``)."""
         for r0 in range(0, count, WARP):
-            q = base + r0 + lane
             cu, cj = acc(-math.inf), numba.int32(EMPTY)
             if r0 + lane < count:
-                cu, cj = bv[q], bi[q]
-            size = 2
-            while size <= WARP:  # the candidates sorted, best first
-                j = size // 2
-                while j >= 1:
-                    cu, cj = exchange(cu, cj, lane ^ j, ((lane & j) == 0) == ((lane & size) == 0))
-                    j //= 2
-                size *= 2
-            ru, rj = shfl2(cu, cj, WARP - 1 - lane)
-            if precedes_device(ru, rj, lv[slots - 1], li[slots - 1]):
-                lv[slots - 1], li[slots - 1] = ru, rj
-            d = slots // 2
-            while d >= 1:  # the merge across slots, within the lane ...
-                for s in range(slots):
-                    if s & d == 0 and precedes_device(lv[s + d], li[s + d], lv[s], li[s]):
-                        lv[s], lv[s + d] = lv[s + d], lv[s]
-                        li[s], li[s + d] = li[s + d], li[s]
-                d //= 2
-            j = WARP // 2
-            while j >= 1:  # ... then across the lanes
-                for s in range(slots):
-                    lv[s], li[s] = exchange(lv[s], li[s], lane ^ j, (lane & j) == 0)
-                j //= 2
+                cu, cj = bv[base + r0 + lane], bi[base + r0 + lane]
+            offer(lv, li, cu, cj, lane)
 
     @jit.device
     def threshold(lv, li, k):
@@ -114,4 +119,4 @@ def warp_list(acc, slots):
                 sv[base + q] = lv[s]
                 si[base + q] = li[s]
 
-    return insert, flush, threshold, dump
+    return insert, offer, flush, threshold, dump

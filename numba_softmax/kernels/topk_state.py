@@ -109,7 +109,7 @@ def row_state(dtype, threads, vpt, width, slots, warp_rows, perturb):
     acc = accumulator(dtype)
     regs = pow2_ceil(slots)  # the list's entries a lane: a power of two (a bitonic merge)
     fold = stream(dtype, vpt, width, regs, perturb, not warp_rows)  # (m, ℓ) and the warp's list
-    _, _, _, dump = warp_list(acc, regs)
+    dump = warp_list(acc, regs)[-1]
     merge = merge_lists(acc, slots)
     buffered = threads // WARP * BUFFER
 

@@ -32,8 +32,10 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
     The common chunk costs per value a multiply, a max, an exp, an add and one comparison
     (u ≥ the gate, the larger of θ and the floor); the next chunk's loads are in flight
     meanwhile.  Indices are formed only for a chunk with candidates, and the −inf/NaN
-    bookkeeping of :func:`combine.weight` only for a chunk with no finite value.  With
-    one slot (k ≤ 32) the candidates are inserted in turn (:func:`.topk_list.warp_list`'s
+    bookkeeping of :func:`combine.weight` only for a chunk with no finite value.  The
+    first chunk seeds the list: each lane's best ``slots`` values, offered all at once
+    (``seed``), so that θ starts at the k-th of the lanes' best instead of −inf, when every
+    value would be a candidate.  With one slot (k ≤ 32) the candidates are inserted in turn (:func:`.topk_list.warp_list`'s
     ``insert``), θ rising after each; with more they are appended to the warp's buffer
     (bv/bi[bbase : bbase + BUFFER], shared memory — each lane at its place after a scan
     of the lanes' counts) and merged 32 at a time (``flush``), after which θ and the
@@ -45,12 +47,14 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
     of values of the range, so no value below the floor can be among the range's k best,
     and no warp inserts one — the block inserts about as often as one warp streaming the
     whole range would, not once per warp."""
+    if vpt > 32:
+        raise ValueError(f"at most 32 values a thread in a chunk (a 32-bit mask of seeds); got {vpt}")
     acc = accumulator(dtype)
     stored = numba.uint16 if jit.storage(dtype) == jit.BFLOAT16 else numba.from_dtype(np.dtype(dtype))
     bf16 = jit.storage(dtype) == jit.BFLOAT16  # stored as uint16 bits: −inf is 0xFF80
     load = jit.loader(dtype)
     load_row, _ = vector.raw_row_io(width)
-    insert, flush, threshold, _ = warp_list(acc, slots)
+    insert, offer, flush, threshold, _ = warp_list(acc, slots)
     serial = slots == 1
     gumbel = gumbel_device(acc)
 
@@ -66,6 +70,38 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
     def index(base, t, R, i):
         """The column of a thread's i-th value of the chunk at ``base``."""
         return base + (t + (i // width) * R) * width + i % width
+
+    @jit.device
+    def fresh(taken, i):
+        """The thread's i-th value of the chunk is not in the list already (a seed)."""
+        return (taken & (numba.uint32(1) << numba.uint32(i))) == numba.uint32(0)
+
+    @jit.device
+    def seed(u, base, t, R, stop, lv, li, lane):
+        """Offer each lane's best ``slots`` values of the chunk to the list, all 32 lanes'
+        at once (``offer``: a bitonic merge a slot); returns the mask of the values
+        offered.  θ is then the k-th of the lanes' best, and the chunk's other values
+        are candidates only if they reach it — a few, where every value of a first chunk
+        would be one against an empty list."""
+        tv = cuda.local.array(slots, acc)
+        tj = cuda.local.array(slots, numba.int32)
+        ti = cuda.local.array(slots, numba.int32)
+        for s in range(slots):
+            tv[s], tj[s], ti[s] = -math.inf, EMPTY, -1
+        for i in range(vpt):  # the lane's best ``slots``, by insertion (in registers)
+            j = index(base, t, R, i)
+            cu, cj, ci = u[i], numba.int32(j if j < stop else EMPTY), numba.int32(i)
+            for s in range(slots):
+                if precedes_device(cu, cj, tv[s], tj[s]):
+                    tv[s], cu = cu, tv[s]
+                    tj[s], cj = cj, tj[s]
+                    ti[s], ci = ci, ti[s]
+        taken = numba.uint32(0)
+        for s in range(slots):
+            offer(lv, li, tv[s], tj[s], lane)
+            if ti[s] >= 0:
+                taken |= numba.uint32(1) << numba.uint32(ti[s])
+        return taken
 
     @jit.device
     def fold(x, row, start, stop, k, inv_t, key, t, R, lv, li, floor_sh, bv, bi, bbase):
@@ -111,7 +147,12 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
                     j = index(base, t, R, i)
                     if j < stop:
                         u[i] += gumbel(key, j)
-            # the warp's k best: a vote on u ≥ gate; candidates to the buffer, 32 merged at a time
+            # the warp's k best: the first chunk seeds the list with each lane's best;
+            # then a vote on u ≥ gate, the candidates inserted or buffered and merged
+            taken = numba.uint32(0)
+            if base == start:
+                taken = seed(u, base, t, R, stop, lv, li, lane)
+                th_u, th_j = threshold(lv, li, k)
             if shared_floor:
                 if lane == 0:  # publish θ, read the floor: one shared atomic a warp
                     floor = cuda.atomic.max(floor_sh, 0, th_u)
@@ -125,7 +166,8 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
                     for i in range(vpt):
                         j = index(base, t, R, i)
                         j = numba.int32(j if j < stop else EMPTY)
-                        mask = ballot(u[i] >= gate and precedes_device(u[i], j, th_u, th_j))
+                        mask = ballot(u[i] >= gate and fresh(taken, i)
+                                      and precedes_device(u[i], j, th_u, th_j))
                         if mask != 0:
                             while mask != 0:  # the lanes whose i-th value passed, lowest first
                                 src = cuda.ffs(mask) - 1
@@ -137,7 +179,7 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
                 else:  # candidates to the buffer, merged 32 at a time
                     mine = 0  # this lane's candidates, and how many the lanes before it have
                     for i in range(vpt):
-                        mine += 1 if u[i] >= gate else 0
+                        mine += 1 if u[i] >= gate and fresh(taken, i) else 0
                     before = mine
                     for e in range(5):  # an inclusive scan across the lanes (strides 1 … 16)
                         other = shfl(before, max(lane - (1 << e), 0))
@@ -148,7 +190,7 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
                     if count + total <= BUFFER:  # the common case: each lane writes its own
                         q = bbase + count + before
                         for i in range(vpt):
-                            if u[i] >= gate:
+                            if u[i] >= gate and fresh(taken, i):
                                 j = index(base, t, R, i)
                                 bv[q] = u[i]
                                 bi[q] = j if j < stop else EMPTY
@@ -159,9 +201,9 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
                         for i in range(vpt):  # (a loop the compiler keeps: uc[i] in local memory)
                             uc[i] = u[i]
                         for i in range(vpt):
-                            mask = ballot(uc[i] >= gate)
+                            mask = ballot(uc[i] >= gate and fresh(taken, i))
                             if mask != 0:
-                                if uc[i] >= gate:  # its place: after those of the lanes before it
+                                if uc[i] >= gate and fresh(taken, i):  # its place: after those of the lanes before it
                                     j = index(base, t, R, i)
                                     q = bbase + count + cuda.popc(mask & below)
                                     bv[q] = uc[i]

@@ -14,7 +14,7 @@ L2) and SDPA's GQA decode beside it.  Every result is checked against float32 SD
 ``launch CASE …``: each named case once (after one call that compiles it), for
 ``ncu -k regex:…`` to profile; cases: ``decode-dense``, ``decode-inter``,
 ``decode-paged16``, ``decode-paged256`` (B 16 × 32K; ``decode1-…``: B 1 × 4K), ``topk-lists``, ``topk-filter64``,
-``topk-filter1024``, ``topk-radix1``.  ``LINEINFO=1``: kernels compiled with line
+``topk-filter1024``, ``topk-radix1``, ``topk:B:V:k`` (the plan ``choose`` gives).  ``LINEINFO=1``: kernels compiled with line
 information (ncu's source page then names the Python lines).  Prints tables; nothing is
 kept.
 """
@@ -129,6 +129,9 @@ def launch(names):
             "topk-filter1024": lambda: topk_case(1024, 128256, 50, K.Plan(False, 256, 8, 1, filter=True)),
             "topk-radix1": lambda: topk_case(1, 128256, 50)}
     for name in names:
+        if name.startswith("topk:"):  # topk:B:V:k — the plan choose gives
+            B, V, k = (int(a) for a in name.split(":")[1:])
+            topk[name] = lambda B=B, V=V, k=k: topk_case(B, V, k)
         fn = fns[name] if name in fns else topk[name]()
         fn()  # compiles (and launches once)
         torch.cuda.synchronize()
