@@ -72,17 +72,28 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
         return base + (t + (i // width) * R) * width + i % width
 
     @jit.device
-    def fresh(taken, i):
-        """The thread's i-th value of the chunk is not in the list already (a seed)."""
-        return (taken & (numba.uint32(1) << numba.uint32(i))) == numba.uint32(0)
+    def chains(w, largest):
+        """The largest (or the sum) of w[0 : vpt] in four interleaved chains, joined
+        pairwise: about a quarter of the dependent steps of one chain.  (One loop of a
+        fixed trip count: unrolled, w stays in registers.)"""
+        for i in range(4, vpt):
+            w[i % 4] = max(w[i % 4], w[i]) if largest else w[i % 4] + w[i]
+        if vpt >= 4:
+            if largest:
+                return max(max(w[0], w[1]), max(w[2], w[3]))
+            return (w[0] + w[1]) + (w[2] + w[3])
+        r = w[0]
+        for i in range(1, vpt):
+            r = max(r, w[i]) if largest else r + w[i]
+        return r
 
     @jit.device
     def seed(u, base, t, R, stop, lv, li, lane):
         """Offer each lane's best ``slots`` values of the chunk to the list, all 32 lanes'
-        at once (``offer``: a bitonic merge a slot); returns the mask of the values
-        offered.  θ is then the k-th of the lanes' best, and the chunk's other values
-        are candidates only if they reach it — a few, where every value of a first chunk
-        would be one against an empty list."""
+        at once (``offer``: a bitonic merge a slot), and mark them NaN in u (never a
+        candidate again).  θ is then the k-th of the lanes' best, and the chunk's other
+        values are candidates only if they reach it — a few, where every value of a first
+        chunk would be one against an empty list."""
         tv = cuda.local.array(slots, acc)
         tj = cuda.local.array(slots, numba.int32)
         ti = cuda.local.array(slots, numba.int32)
@@ -96,12 +107,12 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
                     tv[s], cu = cu, tv[s]
                     tj[s], cj = cj, tj[s]
                     ti[s], ci = ci, ti[s]
-        taken = numba.uint32(0)
         for s in range(slots):
             offer(lv, li, tv[s], tj[s], lane)
-            if ti[s] >= 0:
-                taken |= numba.uint32(1) << numba.uint32(ti[s])
-        return taken
+        for i in range(vpt):
+            for s in range(slots):
+                if ti[s] == i:
+                    u[i] = acc(math.nan)
 
     @jit.device
     def fold(x, row, start, stop, k, inv_t, key, t, R, lv, li, floor_sh, bv, bi, bbase):
@@ -110,11 +121,12 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
         nxt = cuda.local.array(vpt, stored)
         u = cuda.local.array(vpt, acc)
         uc = cuda.local.array(vpt, acc)  # a chunk with candidates: u, indexed by a runtime i
+        w = cuda.local.array(vpt, acc)  # the chains' scratch
         for s in range(slots):
             lv[s] = -math.inf
             li[s] = EMPTY
         th_u, th_j = acc(-math.inf), numba.int32(EMPTY)  # θ of an empty list
-        count = 0  # candidates in the buffer
+        count = numba.int32(0)  # candidates in the buffer
         floor = acc(-math.inf)
         m, l = acc(-math.inf), acc(0.0)
         pad = stored(0xFF80) if bf16 else stored(acc(-math.inf))  # past the end: u = −inf
@@ -128,14 +140,16 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
                 for i in range(vpt // width):
                     load_row(x, row, base + step + (t + i * R) * width, stop, nxt, i * width, pad)
             # u = x / T; the chunk's state (m_c, ℓ_c), then the online step
-            m_chunk = acc(-math.inf)
             for i in range(vpt):
                 u[i] = load(raw[i]) * inv_t
-                m_chunk = max(m_chunk, u[i])
+                w[i] = u[i]
+            m_chunk = chains(w, True)
+            top = m_chunk  # (blind to NaN, as no NaN is ever a candidate)
             l_chunk = acc(0.0)
             if m_chunk > -math.inf:  # a NaN in u makes ℓ_c NaN, as combine's does
                 for i in range(vpt):
-                    l_chunk += math.exp(u[i] - m_chunk)
+                    w[i] = math.exp(u[i] - m_chunk)
+                l_chunk = chains(w, False)
             else:  # no finite value: −inf everywhere, or a NaN the max let go
                 for i in range(vpt):
                     m_chunk = larger_device(m_chunk, u[i])
@@ -149,25 +163,25 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
                         u[i] += gumbel(key, j)
             # the warp's k best: the first chunk seeds the list with each lane's best;
             # then a vote on u ≥ gate, the candidates inserted or buffered and merged
-            taken = numba.uint32(0)
             if base == start:
-                taken = seed(u, base, t, R, stop, lv, li, lane)
+                seed(u, base, t, R, stop, lv, li, lane)
                 th_u, th_j = threshold(lv, li, k)
             if shared_floor:
                 if lane == 0:  # publish θ, read the floor: one shared atomic a warp
                     floor = cuda.atomic.max(floor_sh, 0, th_u)
                 floor = max(shfl(floor, 0), th_u)
             gate = max(floor, th_u)
-            hit = False
-            for i in range(vpt):
-                hit = hit or u[i] >= gate
+            hit = top >= gate  # (the chunk's largest u; perturbed values are each compared)
+            if perturb:
+                hit = False
+                for i in range(vpt):
+                    hit = hit or u[i] >= gate
             if ballot(hit) != 0:
                 if serial:  # one slot (k ≤ 32): each candidate inserted in turn
                     for i in range(vpt):
                         j = index(base, t, R, i)
                         j = numba.int32(j if j < stop else EMPTY)
-                        mask = ballot(u[i] >= gate and fresh(taken, i)
-                                      and precedes_device(u[i], j, th_u, th_j))
+                        mask = ballot(u[i] >= gate and precedes_device(u[i], j, th_u, th_j))
                         if mask != 0:
                             while mask != 0:  # the lanes whose i-th value passed, lowest first
                                 src = cuda.ffs(mask) - 1
@@ -177,9 +191,9 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
                             th_u, th_j = threshold(lv, li, k)  # θ rises: fewer candidates at i + 1
                             gate = max(floor, th_u)
                 else:  # candidates to the buffer, merged 32 at a time
-                    mine = 0  # this lane's candidates, and how many the lanes before it have
+                    mine = numba.int32(0)  # this lane's candidates, and the lanes' before it
                     for i in range(vpt):
-                        mine += 1 if u[i] >= gate and fresh(taken, i) else 0
+                        mine += numba.int32(1) if u[i] >= gate else numba.int32(0)
                     before = mine
                     for e in range(5):  # an inclusive scan across the lanes (strides 1 … 16)
                         other = shfl(before, max(lane - (1 << e), 0))
@@ -190,7 +204,7 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
                     if count + total <= BUFFER:  # the common case: each lane writes its own
                         q = bbase + count + before
                         for i in range(vpt):
-                            if u[i] >= gate and fresh(taken, i):
+                            if u[i] >= gate:
                                 j = index(base, t, R, i)
                                 bv[q] = u[i]
                                 bi[q] = j if j < stop else EMPTY
@@ -201,21 +215,21 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
                         for i in range(vpt):  # (a loop the compiler keeps: uc[i] in local memory)
                             uc[i] = u[i]
                         for i in range(vpt):
-                            mask = ballot(uc[i] >= gate and fresh(taken, i))
+                            mask = ballot(uc[i] >= gate)
                             if mask != 0:
-                                if uc[i] >= gate and fresh(taken, i):  # its place: after those of the lanes before it
+                                if uc[i] >= gate:  # its place: after those of the lanes before it
                                     j = index(base, t, R, i)
                                     q = bbase + count + cuda.popc(mask & below)
                                     bv[q] = uc[i]
                                     bi[q] = j if j < stop else EMPTY
-                                count += cuda.popc(mask)
+                                count += numba.int32(cuda.popc(mask))
                                 if count >= WARP:
                                     th_u, th_j = merge(lv, li, k, bv, bi, bbase, count, lane)
-                                    count = 0
+                                    count = numba.int32(0)
                                     gate = max(floor, th_u)
                     if count >= WARP:
                         th_u, th_j = merge(lv, li, k, bv, bi, bbase, count, lane)
-                        count = 0
+                        count = numba.int32(0)
         if not serial and count > 0:
             merge(lv, li, k, bv, bi, bbase, count, lane)
         return m, l
