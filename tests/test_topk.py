@@ -133,6 +133,28 @@ def test_radix_split_special_rows_and_ties(k, threads, splits):
     run(radix_rows(V, rng), k, plan=K.Plan(False, threads, 4, sized(splits, 40), True))
 
 
+@pytest.mark.parametrize("cap", [None, 4])
+def test_radix_merge_by_bound_and_by_radix(cap, monkeypatch):
+    """Kernel 2 (kernels/topk_merge.py): the candidates that the bound keeps, ranked by
+    counting — and with room for only 4 of them, the radix select of all S·k entries.
+    Rows: random; one whose best values crowd into its first piece (most candidates); one
+    of few distinct values (ties across pieces); and one whose k best are exactly the
+    lists' heads (piece s holds ranks s, s + S, …: the bound is the k-th best itself)."""
+    from numba_softmax.kernels import topk_merge
+
+    if cap is not None:
+        monkeypatch.setattr(topk_merge, "CAP", cap)
+    rng = np.random.default_rng(11)
+    S = sized(4, 40)
+    V = S * sized(52, 500)  # pieces of V/S whatever the vector width
+    x = rng.standard_normal((4, V))
+    x[1, : V // 5] += 10
+    x[2] = rng.integers(0, 4, V)
+    piece, e = np.divmod(np.arange(V), V // S)
+    x[3] = -(e * S + piece) / V
+    run(x, 9, plan=K.Plan(False, 32, 4, S, True))
+
+
 def dtype_rows(V, seed):
     """Three rows for the dtype tests: random, rounded (ties), a fifth of them −inf."""
     x = np.random.default_rng(seed).standard_normal((3, V)) * 3

@@ -39,7 +39,7 @@ import numpy as np
 from numba import cuda
 
 from ..draws import row_key_device
-from . import jit, launcher, topk_filter, topk_select, vector
+from . import jit, launcher, topk_filter, topk_merge, topk_select, vector
 from .jit import accumulator
 from .chunk import pow2_ceil as _pow2_at_least
 from .topk_select import MAX_K  # 128: a warp's list holds ⌈k/32⌉ ≤ 4 entries per lane
@@ -303,10 +303,11 @@ def _launch_filter(x, k, inv_t, values, indices, log, p, width, stream):
 
 
 def _radix_merge(x, k, values, indices, log, splits, ws, stream):
-    """Kernel 2 of the radix and filter splits: a block per row folds its S piece states."""
+    """Kernel 2 of the radix and filter splits: a block per row merges its S piece states
+    (:mod:`.topk_merge`)."""
     n = x.shape[1]
     args = ws + (k, n, topk_select.index_bytes(n - 1), values, indices)
     per_merge = lambda t: _pow2_at_least(-(-splits * k // t))  # noqa: E731
-    merge, threads = fit(lambda t: topk_select.merge_kernel(x.dtype, per_merge(t), t, log),
+    merge, threads = fit(lambda t: topk_merge.merge_kernel(x.dtype, per_merge(t), t, log, topk_merge.CAP),
                          merge_threads(True), args)
     launcher.launch(merge, x.shape[0], threads, stream, args)

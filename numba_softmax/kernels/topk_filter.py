@@ -17,7 +17,7 @@ streams its row (or its piece of one) chunk by chunk:
                for the loads in flight) keeps the buffer's k best, sorted, dealt back to
                the warps' segments in turn; θ becomes the k-th
     end        a last compaction; the block's (m, ℓ); the k winners written (a whole row)
-               or the piece's state to the workspace for :func:`.topk_select.merge_kernel`
+               or the piece's state to the workspace for :func:`.topk_merge.merge_kernel`
 
 A segment holds a chunk's worth of its warp's values and its share of the k best, so no
 order of the values can overflow it; a row in random order offers ~k·ln(chunks) more

@@ -19,13 +19,12 @@ from the most significant:
             in shared memory (an atomic counter) — and each finds its place by counting
             those that precede it (≤ k comparisons): the sorted list.
 
-Kernel 1, block (row, s): the piece's values are read once into registers (``threads`` ×
-``per_thread``, W-wide loads), folded into (m, ℓ) and the block's, selected; it writes
-the piece's state (m, ℓ, k values, k indices) to the workspace like
-:func:`.topk.piece_kernel`.  Kernel 2, block row: the row's S·k workspace entries into
-registers, the S (m, ℓ) folded by the combiner, the same select, then
-:func:`.topk_state.writer`.  Bytes: read N·b; the workspace S·(k + 2)·8 written and read;
-write k(b + 8).  Rounds: at most 4 (float64: 8) value bytes + the index bytes, two
+Kernel 1 (here), block (row, s): the piece's values are read once into registers
+(``threads`` × ``per_thread``, W-wide loads), folded into (m, ℓ) and the block's,
+selected; it writes the piece's state (m, ℓ, k values, k indices) to the workspace like
+:func:`.topk.piece_kernel`.  Kernel 2 (:mod:`.topk_merge`), block row: the S lists merged
+by a bound, or by this select where the bound prunes too little.  Bytes: read N·b; the
+workspace S·(k + 2)·8 written and read; write k(b + 8).  Rounds: at most 4 (float64: 8) value bytes + the index bytes, two
 barriers each.  NumPy twin: :func:`numba_softmax.reference.topk.softmax_topk`.
 """
 
@@ -37,11 +36,11 @@ import numpy as np
 from numba import cuda
 
 from .._sim import simulator_enabled
-from ..combine import EMPTY, combine_device, larger_device, precedes_device, weight_device
+from ..combine import EMPTY, larger_device, precedes_device, weight_device
 from . import jit, vector
 from .jit import accumulator
 from .reduce import block_combine
-from .topk_state import keep_piece, writer
+from .topk_state import keep_piece
 from .warp import peers, shfl
 
 WARP = 32
@@ -264,36 +263,3 @@ def piece_kernel(dtype, threads, per_thread, width):
         keep_piece(ws_v, ws_i, ws_m, ws_l, row, s, sv, si, k, m, l, tid, threads)
 
     return radix_piece_states
-
-
-@functools.cache
-def merge_kernel(dtype, per_thread, threads, log):
-    """Kernel 2: block ``row`` selects the k best of its S·k (≤ threads·per_thread) piece
-    entries, folds the S (m, ℓ), and writes."""
-    acc = accumulator(dtype)
-    select = radix_select(acc, per_thread)
-    memory = select_memory(acc)
-    write = writer(dtype, log)
-
-    @jit.kernel(launch_bounds=threads)  # ≤ 64 registers a thread: 1024 threads fit
-    def radix_merge(ws_v, ws_i, ws_m, ws_l, k, n, idx_bytes, values, indices):
-        hist, ctrl, cv, ci, sv, si, m_sh, l_sh = memory()
-        row, tid = cuda.blockIdx.x, cuda.threadIdx.x
-        pieces = ws_m.shape[1]
-        u = cuda.local.array(per_thread, acc)
-        j = cuda.local.array(per_thread, numba.int32)
-        for c in range(per_thread):  # the row's S lists, read as one flat run of S·k
-            q = tid + c * threads
-            s = q // k
-            if s < pieces:
-                u[c], j[c] = ws_v[row, s, q - s * k], ws_i[row, s, q - s * k]
-            else:
-                u[c], j[c] = -math.inf, EMPTY
-        m, l = acc(-math.inf), acc(0.0)
-        for s in range(tid, pieces, threads):  # the S (m, ℓ), folded by the combiner
-            m, l = combine_device(m, l, ws_m[row, s], ws_l[row, s])
-        m, l = block_combine(m, l, m_sh, l_sh)
-        select(u, j, n - 1, idx_bytes, k, hist, ctrl, cv, ci, sv, si)  # the row's k best
-        write(values, indices, row, sv, si, 0, k, m, l, tid, threads)
-
-    return radix_merge

@@ -1,0 +1,116 @@
+"""The split path's kernel 2 for the radix and filter splits: a row's S piece lists merged.
+
+Each piece left its k best in the workspace, sorted best first.  The row's k best are the
+k best of those S·k entries — but most of them cannot be among the k best, and a bound
+says which: take the first r = ⌈k/S⌉ entries of every list (S·r ≥ k entries of the
+union); their k-th best, b, ranks no better than the union's k-th, so only entries that
+rank at or before b are candidates.  For logits spread over the pieces that is about
+k + S/2 entries, not S·k (B 1, V 128256, k 50: ~100 of 3150):
+
+    bound    the S·r heads to shared memory; each finds its rank by counting the heads
+             that precede it (:func:`numba_softmax.combine.precedes`: every thread
+             reads the same head at once); the one of rank k − 1 is b
+    gather   every entry that b does not precede, into shared memory (an atomic counter)
+    rank     each gathered entry's place = how many gathered entries precede it: the
+             sorted list, as :mod:`.topk_select`'s gather ends
+
+If more than ``cap`` entries are gathered — a row whose best values crowd into a few
+pieces — the block selects from all S·k by radix instead (:func:`.topk_select.radix_select`,
+a cost that does not depend on how the values fall).  The S (m, ℓ) are folded by the
+combiner, and :func:`.topk_state.writer` writes the row.  Bytes: the workspace S·(k + 2)·8
+read, k(b + 8) written.  NumPy twin: :func:`numba_softmax.reference.topk.softmax_topk`.
+"""
+
+import functools
+import math
+
+import numba
+from numba import cuda
+
+from ..combine import EMPTY, combine_device, precedes_device
+from . import jit
+from .jit import accumulator
+from .reduce import block_combine
+from .topk_select import radix_select, select_memory
+from .topk_state import writer
+
+CAP = 1024  # gathered entries ranked by counting (8 KB of shared memory); more: by radix
+HEADS = 512  # the bound's heads, S·⌈k/S⌉ < k + S (more: by radix)
+
+
+@functools.cache
+def merge_kernel(dtype, per_thread, threads, log, cap=CAP):
+    """Block ``row`` merges the row's S piece lists (S·k ≤ threads·per_thread entries),
+    folds the S (m, ℓ), and writes."""
+    acc = accumulator(dtype)
+    select = radix_select(acc, per_thread)
+    memory = select_memory(acc)
+    write = writer(dtype, log)
+
+    @jit.device
+    def rank(v, i, q, n):
+        """How many of the n entries v/i[0 : n] precede entry q."""
+        p = 0
+        for f in range(n):  # (every thread reads entry f at once: a broadcast)
+            p += 1 if precedes_device(v[f], i[f], v[q], i[q]) else 0
+        return p
+
+    @jit.kernel(launch_bounds=threads)  # ≤ 64 registers a thread: 1024 threads fit
+    def bound_merge(ws_v, ws_i, ws_m, ws_l, k, n, idx_bytes, values, indices):
+        hist, ctrl, cv, ci, sv, si, m_sh, l_sh = memory()
+        hv = cuda.shared.array(HEADS, acc)
+        hi = cuda.shared.array(HEADS, numba.int32)
+        gv = cuda.shared.array(cap, acc)
+        gi = cuda.shared.array(cap, numba.int32)
+        bound_v = cuda.shared.array(1, acc)
+        bound_i = cuda.shared.array(2, numba.int32)  # b's index; the gather's counter
+        row, tid = cuda.blockIdx.x, cuda.threadIdx.x
+        pieces = ws_m.shape[1]
+        r = -(-k // pieces)
+        heads = pieces * r
+        u = cuda.local.array(per_thread, acc)
+        j = cuda.local.array(per_thread, numba.int32)
+        for c in range(per_thread):  # the row's S lists, read as one flat run of S·k
+            q = tid + c * threads
+            s = q // k
+            if s < pieces:
+                u[c], j[c] = ws_v[row, s, q - s * k], ws_i[row, s, q - s * k]
+            else:
+                u[c], j[c] = -math.inf, EMPTY
+        if heads <= HEADS:
+            for q in range(tid, heads, threads):  # the first r entries of every list
+                s = q // r
+                hv[q], hi[q] = ws_v[row, s, q - s * r], ws_i[row, s, q - s * r]
+        if tid == 0:
+            bound_v[0], bound_i[0], bound_i[1] = -math.inf, EMPTY, 0  # b unknown: all
+        m, l = acc(-math.inf), acc(0.0)
+        for s in range(tid, pieces, threads):  # the S (m, ℓ), folded by the combiner
+            m, l = combine_device(m, l, ws_m[row, s], ws_l[row, s])
+        m, l = block_combine(m, l, m_sh, l_sh)
+        cuda.syncthreads()  # the heads and b's slot are written before anyone reads them
+        if heads <= HEADS:
+            for q in range(tid, heads, threads):  # b: the head of rank k − 1
+                if hi[q] != EMPTY and rank(hv, hi, q, heads) == k - 1:
+                    bound_v[0], bound_i[0] = hv[q], hi[q]
+        cuda.syncthreads()  # b is known before anyone gathers
+        bu, bj = bound_v[0], bound_i[0]
+        for c in range(per_thread):  # the candidates: every entry b does not precede
+            if j[c] != EMPTY and not precedes_device(bu, bj, u[c], j[c]):
+                q = cuda.atomic.add(bound_i, 1, 1)
+                if q < cap:
+                    gv[q], gi[q] = u[c], j[c]
+        cuda.syncthreads()  # every candidate is in shared memory before any is ranked
+        g = bound_i[1]
+        if heads <= HEADS and g <= cap:  # (the same for every thread: no one waits alone)
+            for q in range(tid, g, threads):  # its place: how many candidates precede it
+                p = rank(gv, gi, q, g)
+                if p < k:
+                    sv[p], si[p] = gv[q], gi[q]
+            for q in range(g + tid, k, threads):  # fewer than k real entries: padding
+                sv[q], si[q] = -math.inf, EMPTY
+            cuda.syncthreads()  # the list is whole before any thread writes from it
+        else:
+            select(u, j, n - 1, idx_bytes, k, hist, ctrl, cv, ci, sv, si)  # the row's k best
+        write(values, indices, row, sv, si, 0, k, m, l, tid, threads)
+
+    return bound_merge
