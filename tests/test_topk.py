@@ -192,6 +192,8 @@ def test_choose_takes_the_radix_split_for_few_long_rows():
         # … but a piece of fewer than 4 chunks of its block: a block a row
         assert K.choose(64, 32000, k, np.dtype(np.float32), 4, limits, True) == K.Plan(False, 512, 16, 1)
     assert not K.choose(1, 2**24, 128, np.dtype(np.float32), 4, limits, True).radix  # S·k too many
+    assert K.choose(16, 128256, 50, np.dtype(np.float32), 4, limits, True) == K.Plan(False, 256, 16, 32, True)
+    assert not K.choose(32, 128256, 50, np.dtype(np.float32), 4, limits, True).radix  # past two waves
     rng = np.random.default_rng(10)
     run(rng.standard_normal((1, sized(2100, 128256))), 5)  # the default plan: radix split
 

@@ -48,7 +48,8 @@ from .topk_state import WARP, block_memory, keep_piece, pieces_state, row_state,
 MERGE_THREADS = 512  # the split path's merge block (at most)
 RADIX_MERGE_THREADS = 1024  # the radix merge's block: its S·k entries in registers
 RADIX_MERGE_PER_THREAD = 8  # … at most this many a thread (choose keeps S·k below)
-RADIX_BLOCKS = 2  # radix pieces per multiprocessor at most: one wave (~90 registers a thread)
+RADIX_BLOCKS = 2  # radix pieces per multiprocessor at once (~90 registers a thread) …
+RADIX_WAVES = 2  # … and at most two such waves (H200, B 16 × 128256, k 50: 47.5 µs, the lists 61)
 LISTS_SPLIT_THREADS = 512  # the pieces' block where rows are a quarter to one per SM
 
 
@@ -85,7 +86,7 @@ def choose(rows, n, k, dtype, width, limits, radix=False):
     for ~16 warps per multiprocessor, as many as the merge's shared memory holds.
     With ``radix`` (plain top-k; the sampler's perturbed pass keeps the lists) the split
     selects by radix instead: pieces of 256 threads × 8 values held in registers (16
-    where more pieces would not run in one wave, or the merge's S·k entries would not
+    where more pieces would not run in two waves, or the merge's S·k entries would not
     fit its registers); where neither fits, the lists.  With ``radix`` and between a
     quarter of and as many rows as multiprocessors: the lists, each row in about
     SMs/rows pieces of :data:`LISTS_SPLIT_THREADS`, each piece at least 4 chunks of its
@@ -109,7 +110,7 @@ def choose(rows, n, k, dtype, width, limits, radix=False):
         cap = min(RADIX_MERGE_THREADS, limits.max_threads) * RADIX_MERGE_PER_THREAD
         for per in (8, 16):  # (32 a thread would take ~210 registers)
             splits = -(-n // (threads * per))
-            if rows * splits <= RADIX_BLOCKS * sms and splits * k <= cap:
+            if rows * splits <= RADIX_WAVES * RADIX_BLOCKS * sms and splits * k <= cap:
                 return Plan(False, threads, per, splits, True)
     threads = min(512 if 4 * rows < sms else 256, max_threads)
     splits = min(max_splits(dtype, k), -(-16 * sms * WARP // (rows * threads)), -(-n // (threads * width)))
