@@ -29,17 +29,18 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
     the R threads streaming the range (whole warps).  With ``perturb`` the list ranks
     u_j + G_j (Gumbel noise from ``key``: sampling), while (m, ℓ) stays that of u.
 
-    The common chunk costs per value a multiply, a max, an exp, an add and one comparison
-    (u ≥ the gate, the larger of θ and the floor); the next chunk's loads are in flight
+    The common chunk costs per value a multiply, a max, an exp and an add (the max and
+    the sum in four interleaved chains), and one comparison a chunk: its largest u against
+    the gate, the larger of θ and the floor; the next chunk's loads are in flight
     meanwhile.  Indices are formed only for a chunk with candidates, and the −inf/NaN
     bookkeeping of :func:`combine.weight` only for a chunk with no finite value.  The
     first chunk seeds the list: each lane's best ``slots`` values, offered all at once
-    (``seed``), so that θ starts at the k-th of the lanes' best instead of −inf, when every
-    value would be a candidate.  With one slot (k ≤ 32) the candidates are inserted in turn (:func:`.topk_list.warp_list`'s
-    ``insert``), θ rising after each; with more they are appended to the warp's buffer
-    (bv/bi[bbase : bbase + BUFFER], shared memory — each lane at its place after a scan
-    of the lanes' counts) and merged 32 at a time (``flush``), after which θ and the
-    gate rise.  (Measured, H200: inserting in turn is the faster at one slot, buffering
+    (``seed``), so that θ starts at the k-th of the lanes' best instead of −inf, when
+    every value would be a candidate.  With one slot (k ≤ 32) the candidates are inserted
+    in turn (:func:`.topk_list.warp_list`'s ``insert``), θ rising after each; with more
+    they are appended to the warp's buffer (bv/bi[bbase : bbase + BUFFER], shared memory
+    — each lane at its place after a scan of the lanes' counts) and merged 32 at a time
+    (``flush``), after which θ and the gate rise.  (Measured, H200: inserting in turn is the faster at one slot, buffering
     at two or more; ``docs/benchmarks/NOTES.md``, fourteenth session.)
 
     With ``shared_floor`` the warps of a block stream one range and share a floor in
@@ -47,8 +48,6 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
     of values of the range, so no value below the floor can be among the range's k best,
     and no warp inserts one — the block inserts about as often as one warp streaming the
     whole range would, not once per warp."""
-    if vpt > 32:
-        raise ValueError(f"at most 32 values a thread in a chunk (a 32-bit mask of seeds); got {vpt}")
     acc = accumulator(dtype)
     stored = numba.uint16 if jit.storage(dtype) == jit.BFLOAT16 else numba.from_dtype(np.dtype(dtype))
     bf16 = jit.storage(dtype) == jit.BFLOAT16  # stored as uint16 bits: −inf is 0xFF80
