@@ -44,41 +44,10 @@ class Ops(NamedTuple):
 
 
 @functools.cache
-def chains(vpt, acc, op):
-    """Device function ``fold(v)`` → op over v[0 : vpt] (op associative: a max, a sum) in
-    four interleaved chains joined pairwise — a quarter of the dependent steps of one
-    chain of vpt, which left the schedulers waiting on each step's latency (the top-k
-    stream under ``ncu``).  One loop of a fixed trip count: unrolled, all in registers."""
-    lanes = min(4, vpt)
-
-    @jit.device
-    def fold(v):
-        w = cuda.local.array(lanes, acc)
-        for i in range(lanes):
-            w[i] = v[i]
-        for i in range(lanes, vpt):
-            w[i % lanes] = op(w[i % lanes], v[i])
-        if lanes == 4:
-            return op(op(w[0], w[1]), op(w[2], w[3]))
-        r = w[0]
-        for i in range(1, lanes):
-            r = op(r, w[i])
-        return r
-
-    return fold
-
-
-@jit.device
-def add(a, b):
-    return a + b
-
-
-@functools.cache
 def ops(dtype, vpt, width):
     """The chunk device functions for ``dtype`` rows, VPT values per thread, W per vector."""
     acc = jit.accumulator(dtype)
     load_row, store_row = vector.row_io(width, dtype)
-    largest, total = chains(vpt, acc, nan_max), chains(vpt, acc, add)
 
     @jit.device
     def load(x, row, base, stop, t, team, v, pad):
@@ -87,12 +56,14 @@ def ops(dtype, vpt, width):
 
     @jit.device
     def state(v):
-        m = largest(v)  # a NaN is kept (one max.NaN instruction for float32)
-        b = base(m, acc(0.0))
-        e = cuda.local.array(vpt, acc)
+        m = acc(-math.inf)
         for i in range(vpt):
-            e[i] = math.exp(v[i] - b)  # against the chunk's own max: one exp per value
-        return m, total(e)
+            m = nan_max(m, v[i])  # a NaN is kept (one max.NaN instruction for float32)
+        b = base(m, acc(0.0))
+        l = acc(0.0)
+        for i in range(vpt):
+            l += math.exp(v[i] - b)  # against the chunk's own max: one exp per value
+        return m, l
 
     @jit.device
     def normalise(v, m, c, mode):
@@ -107,11 +78,15 @@ def ops(dtype, vpt, width):
 
     @jit.device
     def exps(v):
-        m = largest(v)
+        m = acc(-math.inf)
+        for i in range(vpt):
+            m = nan_max(m, v[i])
         b = base(m, acc(0.0))
+        l = acc(0.0)
         for i in range(vpt):
             v[i] = math.exp(v[i] - b)  # kept: the output is this times one factor
-        return m, total(v)
+            l += v[i]
+        return m, l
 
     @jit.device
     def rescale(v, m_own, m, c):

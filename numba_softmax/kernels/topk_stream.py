@@ -17,7 +17,6 @@ from numba import cuda
 from ..combine import EMPTY, combine_device, larger_device, precedes_device, weight_device
 from ..draws import gumbel_device
 from . import jit, vector
-from .chunk import add, chains
 from .jit import accumulator
 from .topk_list import BUFFER, WARP, warp_list
 from .warp import ballot, shfl, shfl2
@@ -57,7 +56,6 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
     insert, offer, flush, threshold, _ = warp_list(acc, slots)
     serial = slots == 1
     gumbel = gumbel_device(acc)
-    largest, summed = chains(vpt, acc, max), chains(vpt, acc, add)  # (max: blind to NaN)
 
     @jit.device
     def merge(lv, li, k, bv, bi, bbase, count, lane):
@@ -71,6 +69,22 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
     def index(base, t, R, i):
         """The column of a thread's i-th value of the chunk at ``base``."""
         return base + (t + (i // width) * R) * width + i % width
+
+    @jit.device
+    def chains(w, largest):
+        """The largest (or the sum) of w[0 : vpt] in four interleaved chains, joined
+        pairwise: about a quarter of the dependent steps of one chain.  (One loop of a
+        fixed trip count: unrolled, w stays in registers.)"""
+        for i in range(4, vpt):
+            w[i % 4] = max(w[i % 4], w[i]) if largest else w[i % 4] + w[i]
+        if vpt >= 4:
+            if largest:
+                return max(max(w[0], w[1]), max(w[2], w[3]))
+            return (w[0] + w[1]) + (w[2] + w[3])
+        r = w[0]
+        for i in range(1, vpt):
+            r = max(r, w[i]) if largest else r + w[i]
+        return r
 
     @jit.device
     def seed(u, base, t, R, stop, lv, li, lane):
@@ -106,7 +120,7 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
         nxt = cuda.local.array(vpt, stored)
         u = cuda.local.array(vpt, acc)
         uc = cuda.local.array(vpt, acc)  # a chunk with candidates: u, indexed by a runtime i
-        w = cuda.local.array(vpt, acc)  # the chunk's exps
+        w = cuda.local.array(vpt, acc)  # the chains' scratch
         for s in range(slots):
             lv[s] = -math.inf
             li[s] = EMPTY
@@ -127,13 +141,14 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
             # u = x / T; the chunk's state (m_c, ℓ_c), then the online step
             for i in range(vpt):
                 u[i] = load(raw[i]) * inv_t
-            m_chunk = largest(u)
+                w[i] = u[i]
+            m_chunk = chains(w, True)
             top = m_chunk  # (blind to NaN, as no NaN is ever a candidate)
             l_chunk = acc(0.0)
             if m_chunk > -math.inf:  # a NaN in u makes ℓ_c NaN, as combine's does
                 for i in range(vpt):
                     w[i] = math.exp(u[i] - m_chunk)
-                l_chunk = summed(w)
+                l_chunk = chains(w, False)
             else:  # no finite value: −inf everywhere, or a NaN the max let go
                 for i in range(vpt):
                     m_chunk = larger_device(m_chunk, u[i])
