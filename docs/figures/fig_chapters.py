@@ -1,5 +1,5 @@
 """The later chapters: an mma accumulator fragment, the backward's tile order, the
-tensor-core backward's warps, the top-k fold."""
+tensor-core backward's warps, the top-k fold, the split top-k's bounded merge."""
 
 from _style import CHIP, IDLE, MEMORY, STATE, arrow, box, canvas, save
 
@@ -152,5 +152,45 @@ def topk_fold(k=3):
     return save(fig, "topk_fold.svg")
 
 
+# Global ranks (1 = best) of the entries of six sorted piece lists, k = 5: an example where
+# the lists' heads give b = rank 8 and eight entries, of thirty, are left to rank.
+BOUND_LISTS = [[1, 2, 4, 9, 15], [3, 6, 10, 14, 20], [5, 11, 16, 22, 26],
+               [7, 13, 18, 24, 28], [8, 17, 21, 25, 29], [12, 19, 23, 27, 30]]
+
+
+def topk_bound(k=5):
+    """The split top-k's kernel 2: S sorted lists, their heads, the bound b, the candidates."""
+    lists = BOUND_LISTS
+    S = len(lists)
+    r = -(-k // S)
+    heads = sorted(v for lst in lists for v in lst[:r])
+    b = heads[k - 1]
+    fig, ax = canvas(9.6, 3.3)
+    cw, ch, gx, gy = 0.62, 0.36, 0.6, 0.35
+    top = gy + k * ch
+    for s, lst in enumerate(lists):
+        for e, rank in enumerate(lst):
+            color = CHIP if rank <= k else STATE if rank <= b else IDLE
+            box(ax, gx + s * cw, top - (e + 1) * ch, cw, ch, str(rank), color=color,
+                lw=1.8 if e < r else 0.5, size=8)
+        ax.text(gx + (s + 0.5) * cw, top + 0.08, f"piece {s}", ha="center", fontsize=7)
+    ax.text(gx - 0.08, top - 0.5 * ch, "heads", ha="right", va="center", fontsize=7,
+            style="italic")
+    ax.text(gx + S * cw / 2, top + 0.45, f"S = {S} sorted lists of k = {k} (numbers: ranks "
+            "in the whole row)", ha="center", fontsize=8)
+    x = gx + S * cw + 0.4
+    notes = [f"1. heads: the first ⌈k/S⌉ = {r} of every list (bold) — {S * r} ≥ k entries",
+             f"2. b = their k-th best: rank {b}.  The row's k-th best is no worse,",
+             "    so nothing ranked after b can win",
+             f"3. gather what b does not precede: {sum(v <= b for lst in lists for v in lst)} "
+             f"entries (orange, green) of {S * k}",
+             "4. rank them by counting: the k best (green), sorted",
+             "",
+             "more than 1024 gathered (a row whose best values crowd into",
+             "a few pieces): the radix select of all S·k instead"]
+    ax.text(x, top + 0.2, "\n".join(notes), va="top", fontsize=8, linespacing=1.5)
+    return save(fig, "topk_bound.svg")
+
+
 def make():
-    return [mma_fragment(), backward_order(), backward_tc_warps(), topk_fold()]
+    return [mma_fragment(), backward_order(), backward_tc_warps(), topk_fold(), topk_bound()]
