@@ -16,8 +16,10 @@ entries, not S·k (N(0, 1) logits, V 128256 in 63 pieces: ~97 of 3150 at k 50, ~
              sorted list, as :mod:`.topk_select`'s gather ends
 
 If more than ``cap`` entries are gathered — a row whose best values crowd into a few
-pieces — the block selects from all S·k by radix instead (:func:`.topk_select.radix_select`,
-a cost that does not depend on how the values fall).  The S (m, ℓ) are folded by the
+pieces — or the heads pass :data:`HEADS` (S > 512 pieces), the block selects from all
+S·k by radix instead (:func:`.topk_select.radix_select`, a cost that does not depend on
+how the values fall).  With fewer than k real heads there is no b: every real entry is
+gathered (so fewer than k are left only in a row of NaN, which is written as NaN).  The S (m, ℓ) are folded by the
 combiner, and :func:`.topk_state.writer` writes the row.  Bytes: the workspace S·(k + 2)·8
 read, k(b + 8) written.  NumPy twin: :func:`numba_softmax.reference.topk.softmax_topk`.
 """
@@ -35,7 +37,7 @@ from .reduce import block_combine
 from .topk_select import radix_select, select_memory
 from .topk_state import writer
 
-CAP = 1024  # gathered entries ranked by counting (8 KB of shared memory); more: by radix
+CAP = 1024  # gathered entries ranked by counting (8 KB of shared memory, 12 for float64)
 HEADS = 512  # the bound's heads, S·⌈k/S⌉ < k + S (more: by radix)
 
 

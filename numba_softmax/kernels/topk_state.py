@@ -24,7 +24,8 @@ their indices) — built for a piece of a row, one read of the values:
 Ties go to the lower index and NaN never enters a list (:func:`combine.precedes`), so the
 result does not depend on which thread, warp or block saw which value.  The kernels that
 use this (:mod:`.topk`, :mod:`.sample`) add only what they write (:func:`writer`: a row's
-k outputs from its list and (m, ℓ), also the end of :mod:`.topk_select`).
+k outputs from its list and (m, ℓ), also the end of :mod:`.topk_merge` and
+:mod:`.topk_filter`).
 """
 
 import functools

@@ -31,7 +31,7 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
 
     The common chunk costs per value a multiply, a max, an exp and an add (the max and
     the sum in four interleaved chains), and one comparison a chunk: its largest u against
-    the gate, the larger of θ and the floor; the next chunk's loads are in flight
+    the gate, the larger of θ and the floor (with ``perturb``, each value's); the next chunk's loads are in flight
     meanwhile.  Indices are formed only for a chunk with candidates, and the −inf/NaN
     bookkeeping of :func:`combine.weight` only for a chunk with no finite value.  The
     first chunk seeds the list: each lane's best ``slots`` values, offered all at once
@@ -143,7 +143,7 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
                 u[i] = load(raw[i]) * inv_t
                 w[i] = u[i]
             m_chunk = chains(w, True)
-            top = m_chunk  # (blind to NaN, as no NaN is ever a candidate)
+            top = m_chunk  # (a NaN may hide a value here: its row's ℓ is NaN, its output NaN)
             l_chunk = acc(0.0)
             if m_chunk > -math.inf:  # a NaN in u makes ℓ_c NaN, as combine's does
                 for i in range(vpt):
