@@ -25,6 +25,10 @@ SECTIONS = (
 )
 BOUNDS = ("bounds", "bounds:run")
 STOPPED = 3  # exit status when a figure was impossible
+# The simulator's times are host-clock times of Python threads, and the ratio of two of them
+# (a kernel's GB/s against the copy's) can exceed 100 % by chance: there an impossible figure
+# is printed as a note and the run goes on.  The test of the stop itself turns this on.
+STOP_IN_SIMULATOR = False
 SIM_NOTE = ("The CUDA simulator is on (no GPU): running the simulator smoke form "
             "(--sim-smoke: tiny shapes, one repeat, about 15 seconds); its times mean nothing.")
 
@@ -133,6 +137,9 @@ def main(argv=None):
         try:
             check(b.results, b.bounds)
         except ImpossibleFigure as e:
+            if sim and not STOP_IN_SIMULATOR:
+                print(f"note (simulator, not a stop): {e}", file=sys.stderr)
+                continue
             print(f"\nSTOP: {e}.  The timing or the byte/flop count is wrong; no result of "
                   f"this run is reported.", file=sys.stderr)
             return STOPPED
