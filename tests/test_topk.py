@@ -133,10 +133,11 @@ def test_radix_split_special_rows_and_ties(k, threads, splits):
     run(radix_rows(V, rng), k, plan=K.Plan(False, threads, 4, sized(splits, 40), True))
 
 
-@pytest.mark.parametrize("cap", [None, 4])
-def test_radix_merge_by_bound_and_by_radix(cap, monkeypatch):
+@pytest.mark.parametrize("cap, heads", [(None, None), (4, None), (None, 4)])
+def test_radix_merge_by_bound_and_by_radix(cap, heads, monkeypatch):
     """Kernel 2 (kernels/topk_merge.py): the candidates that the bound keeps, ranked by
-    counting — and with room for only 4 of them, the radix select of all S·k entries.
+    counting — and with room for only 4 of them, or for only 4 heads (S·⌈k/S⌉ = 12 here),
+    the radix select of all S·k entries.
     Rows: random; one whose best values crowd into its first piece (most candidates); one
     of few distinct values (ties across pieces); and one whose k best are exactly the
     lists' heads (piece s holds ranks s, s + S, …: the bound is the k-th best itself)."""
@@ -144,6 +145,8 @@ def test_radix_merge_by_bound_and_by_radix(cap, monkeypatch):
 
     if cap is not None:
         monkeypatch.setattr(topk_merge, "CAP", cap)
+    if heads is not None:
+        monkeypatch.setattr(topk_merge, "HEADS", heads)
     rng = np.random.default_rng(11)
     S = sized(4, 40)
     V = S * sized(52, 500)  # pieces of V/S whatever the vector width

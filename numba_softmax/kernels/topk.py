@@ -309,6 +309,7 @@ def _radix_merge(x, k, values, indices, log, splits, ws, stream):
     n = x.shape[1]
     args = ws + (k, n, topk_select.index_bytes(n - 1), values, indices)
     per_merge = lambda t: _pow2_at_least(-(-splits * k // t))  # noqa: E731
-    merge, threads = fit(lambda t: topk_merge.merge_kernel(x.dtype, per_merge(t), t, log, topk_merge.CAP),
+    merge, threads = fit(lambda t: topk_merge.merge_kernel(x.dtype, per_merge(t), t, log,
+                                                             topk_merge.CAP, topk_merge.HEADS),
                          merge_threads(True), args)
     launcher.launch(merge, x.shape[0], threads, stream, args)

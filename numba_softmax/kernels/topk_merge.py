@@ -42,7 +42,7 @@ HEADS = 512  # the bound's heads, S·⌈k/S⌉ < k + S (more: by radix)
 
 
 @functools.cache
-def merge_kernel(dtype, per_thread, threads, log, cap=CAP):
+def merge_kernel(dtype, per_thread, threads, log, cap=CAP, most_heads=HEADS):
     """Block ``row`` merges the row's S piece lists (S·k ≤ threads·per_thread entries),
     folds the S (m, ℓ), and writes."""
     acc = accumulator(dtype)
@@ -61,8 +61,8 @@ def merge_kernel(dtype, per_thread, threads, log, cap=CAP):
     @jit.kernel(launch_bounds=threads)  # ≤ 64 registers a thread: 1024 threads fit
     def bound_merge(ws_v, ws_i, ws_m, ws_l, k, n, idx_bytes, values, indices):
         hist, ctrl, cv, ci, sv, si, m_sh, l_sh = memory()
-        hv = cuda.shared.array(HEADS, acc)
-        hi = cuda.shared.array(HEADS, numba.int32)
+        hv = cuda.shared.array(most_heads, acc)
+        hi = cuda.shared.array(most_heads, numba.int32)
         gv = cuda.shared.array(cap, acc)
         gi = cuda.shared.array(cap, numba.int32)
         bound_v = cuda.shared.array(1, acc)
@@ -80,7 +80,7 @@ def merge_kernel(dtype, per_thread, threads, log, cap=CAP):
                 u[c], j[c] = ws_v[row, s, q - s * k], ws_i[row, s, q - s * k]
             else:
                 u[c], j[c] = -math.inf, EMPTY
-        if heads <= HEADS:
+        if heads <= most_heads:
             for q in range(tid, heads, threads):  # the first r entries of every list
                 s = q // r
                 hv[q], hi[q] = ws_v[row, s, q - s * r], ws_i[row, s, q - s * r]
@@ -91,7 +91,7 @@ def merge_kernel(dtype, per_thread, threads, log, cap=CAP):
             m, l = combine_device(m, l, ws_m[row, s], ws_l[row, s])
         m, l = block_combine(m, l, m_sh, l_sh)
         cuda.syncthreads()  # the heads and b's slot are written before anyone reads them
-        if heads <= HEADS:
+        if heads <= most_heads:
             for q in range(tid, heads, threads):  # b: the head of rank k − 1
                 if hi[q] != EMPTY and rank(hv, hi, q, heads) == k - 1:
                     bound_v[0], bound_i[0] = hv[q], hi[q]
@@ -104,7 +104,7 @@ def merge_kernel(dtype, per_thread, threads, log, cap=CAP):
                     gv[q], gi[q] = u[c], j[c]
         cuda.syncthreads()  # every candidate is in shared memory before any is ranked
         g = bound_i[1]
-        if heads <= HEADS and g <= cap:  # (the same for every thread: no one waits alone)
+        if heads <= most_heads and g <= cap:  # (the same for every thread: no one waits alone)
             for q in range(tid, g, threads):  # its place: how many candidates precede it
                 p = rank(gv, gi, q, g)
                 if p < k:
