@@ -126,15 +126,19 @@ def radix_rows(V, rng):
     return x
 
 
-@pytest.mark.parametrize("k, threads, splits", [(1, 32, 3), (7, 64, 4), (40, 32, 6), (19, 64, 1)])
-def test_radix_split_special_rows_and_ties(k, threads, splits):
+@pytest.mark.parametrize("k, threads, splits, fused", [(1, 32, 3, False), (7, 64, 4, True),
+                                                       (40, 32, 6, False), (40, 32, 6, True),
+                                                       (19, 64, 1, False)])
+def test_radix_split_special_rows_and_ties(k, threads, splits, fused):
+    """Kernel 2 merging the pieces, or (fused) the last piece of each row to finish."""
     rng = np.random.default_rng(k)
     V = sized(211, 20_000)  # ragged: the last piece is short (and some pieces < k)
-    run(radix_rows(V, rng), k, plan=K.Plan(False, threads, 4, sized(splits, 40), True))
+    run(radix_rows(V, rng), k, plan=K.Plan(False, threads, 4, sized(splits, 40), True, fused=fused))
 
 
-@pytest.mark.parametrize("cap, heads", [(None, None), (4, None), (None, 4)])
-def test_radix_merge_by_bound_and_by_radix(cap, heads, monkeypatch):
+@pytest.mark.parametrize("cap, heads, fused", [(None, None, False), (4, None, False),
+                                               (None, 4, False), (None, None, True), (4, None, True)])
+def test_radix_merge_by_bound_and_by_radix(cap, heads, fused, monkeypatch):
     """Kernel 2 (kernels/topk_merge.py): the candidates that the bound keeps, ranked by
     counting — and with room for only 4 of them, or for only 4 heads (S·⌈k/S⌉ = 12 here),
     the radix select of all S·k entries.
@@ -155,7 +159,7 @@ def test_radix_merge_by_bound_and_by_radix(cap, heads, monkeypatch):
     x[2] = rng.integers(0, 4, V)
     piece, e = np.divmod(np.arange(V), V // S)
     x[3] = -(e * S + piece) / V
-    run(x, 9, plan=K.Plan(False, 32, 4, S, True))
+    run(x, 9, plan=K.Plan(False, 32, 4, S, True, fused=fused))
 
 
 def dtype_rows(V, seed):
@@ -189,6 +193,7 @@ def test_choose_takes_the_radix_split_for_few_long_rows():
     for k in (8, 50, 128):
         p = K.choose(1, 128256, k, np.dtype(np.float32), 4, limits, True)
         assert p.radix and p.splits > 1 and p.splits * k <= 1024 * K.RADIX_MERGE_PER_THREAD
+        assert p.fused == (k < 128)  # 63 pieces · 128 > 16 a thread of the last piece's 256
     assert not K.choose(1, 128256, 50, np.dtype(np.float32), 4, limits).radix  # the sampler's
     for k in (8, 50):  # half a row per multiprocessor: the lists, each row in 2 pieces of 512 …
         assert K.choose(64, 128256, k, np.dtype(np.float32), 4, limits, True) == K.Plan(False, 512, 16, 2)
@@ -196,6 +201,7 @@ def test_choose_takes_the_radix_split_for_few_long_rows():
         assert K.choose(64, 32000, k, np.dtype(np.float32), 4, limits, True) == K.Plan(False, 512, 16, 1)
     assert not K.choose(1, 2**24, 128, np.dtype(np.float32), 4, limits, True).radix  # S·k too many
     assert K.choose(16, 128256, 50, np.dtype(np.float32), 4, limits, True) == K.Plan(False, 256, 16, 32, True)
+    # (not fused: 16 · 32 pieces are more than the multiprocessors, whose registers the merge would take)
     assert not K.choose(32, 128256, 50, np.dtype(np.float32), 4, limits, True).radix  # past two waves
     rng = np.random.default_rng(10)
     run(rng.standard_normal((1, sized(2100, 128256))), 5)  # the default plan: radix split

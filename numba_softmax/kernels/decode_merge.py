@@ -28,13 +28,14 @@ flight), and the TPI sums meet in shared memory — one round trip to L2, not Z 
 import functools
 import math
 
-from numba import cuda, int32
+from numba import cuda
 
 from ..combine import combine_device, lse_device, weight_device
 from ..combine import larger_device as nan_max
 from . import jit, tileio
 from .jit import accumulator
 from .reduce import warp_combine
+from .sync import last_to_finish
 
 MAX_SPLITS = 64
 EPL = 8  # output columns per lane in the decode kernel
@@ -260,16 +261,7 @@ def merge_when_last(dtype, dv, rows, warps):
 
     @jit.device
     def merge(counters, ticket, o_ws, lse_ws, o, lse, splits, b, hk, group, pr0, n_rows):
-        cuda.threadfence()  # this block's partials are visible device-wide …
-        cuda.syncthreads()  # … for every thread, before the ticket is taken
-        last = cuda.shared.array(1, int32)
-        if cuda.threadIdx.x == 0:
-            last[0] = cuda.atomic.add(counters, ticket, 1) == splits - 1
-            if last[0]:
-                counters[ticket] = 0  # ready for the next launch
-                cuda.threadfence()  # and the others' partials are visible to us
-        cuda.syncthreads()  # every thread reads the verdict
-        if last[0]:
+        if last_to_finish(counters, ticket, splits):  # the others' partials are visible
             fold_z(o_ws, lse_ws, o, lse, splits, b, hk, group, pr0, n_rows)
 
     return merge

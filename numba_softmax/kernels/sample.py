@@ -32,9 +32,10 @@ import numpy as np
 from numba import cuda
 
 from ..draws import MASK64, draw_device, row_key_device, uniform_device
-from . import jit, launcher, topk, vector
+from . import jit, launcher, vector
 from .jit import accumulator
-from .topk import WARP, check_row, choose, fit, merge_threads, piece_kernel, pieces, workspace
+from .topk import WARP, check_row, choose, fit, merge_threads, pieces, workspace
+from .topk_rows import max_splits, piece_kernel
 from .topk_state import block_memory, pieces_state, row_state
 
 
@@ -81,9 +82,9 @@ def kernel(dtype, threads, vpt, width, slots, warp_rows, perturb):
 @functools.cache
 def merge_kernel(dtype, slots, perturb, threads):
     """Split path, kernel 2: merge a row's piece states, then draw (kernel 1 is
-    :func:`.topk.piece_kernel`, perturbed for the whole-vocabulary draw)."""
+    :func:`.topk_rows.piece_kernel`, perturbed for the whole-vocabulary draw)."""
     acc = accumulator(dtype)
-    lists = topk.max_splits(dtype, WARP * slots)
+    lists = max_splits(dtype, WARP * slots)
     state = pieces_state(acc, lists, threads, slots)
     pick = chooser(dtype, perturb)
     memory = block_memory(acc, lists * WARP * slots)
@@ -126,7 +127,7 @@ def launch(x, tokens, *, top_k, top_p=1.0, temperature=1.0, seed=0, stream=0, pl
         grid = -(-rows // (threads // WARP)) if p.warp_rows else rows
         launcher.launch(kern, grid, threads, stream, args)
         return
-    piece, splits = pieces(n, min(p.splits, topk.max_splits(x.dtype, k)), width)
+    piece, splits = pieces(n, min(p.splits, max_splits(x.dtype, k)), width)
     ws = workspace(rows, splits, k, acc, stream)
     args = (x, k, inv_t, seed, piece) + ws
     kern, threads = fit(lambda t: piece_kernel(x.dtype, t, vpt, width, slots, perturb), p.threads, args)

@@ -33,7 +33,7 @@ Under the simulator the relaxed load is a plain read and the blocks of a coopera
 kernel run concurrently (:mod:`numba_softmax._sim`).
 """
 
-from numba import cuda
+from numba import cuda, int32
 
 from .._sim import simulator_enabled
 from . import jit
@@ -97,3 +97,22 @@ def group_barrier(counters, g, size):
             cuda.nanosleep(100)
         cuda.threadfence()  # 4. acquire: the group's writes before what follows
     cuda.syncthreads()  # the block waits for its thread 0
+
+
+@jit.device
+def last_to_finish(counters, ticket, count):
+    """True, in every thread of its block, for the last of the ``count`` blocks that take
+    a ticket from ``counters[ticket]`` (int32, zero before the launch) — each after
+    writing what it publishes; that block then sees every other's writes and resets the
+    counter for the next launch.  No block waits: the others just end.  (Used where the
+    last piece of a row merges the pieces: decode's splits, the radix top-k's pieces.)"""
+    cuda.threadfence()  # this block's writes are visible device-wide …
+    cuda.syncthreads()  # … for every thread, before the ticket is taken
+    last = cuda.shared.array(1, int32)
+    if cuda.threadIdx.x == 0:
+        last[0] = cuda.atomic.add(counters, ticket, 1) == count - 1
+        if last[0]:
+            counters[ticket] = 0  # ready for the next launch
+            cuda.threadfence()  # and the others' writes are visible to us
+    cuda.syncthreads()  # every thread reads the verdict
+    return last[0] != 0

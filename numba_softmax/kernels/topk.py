@@ -20,9 +20,12 @@ Four layouts (:func:`choose`):
   a floor and buffer their candidates it is no faster anywhere measured (B 64–256);
 * *split*: few long rows (B = 1 in decoding) cut into S pieces, one block each; kernel 1
   writes each piece's state (m, ℓ, k values, k indices) to a workspace, kernel 2 merges a
-  row's S states and writes.  The launch boundary is the grid-wide barrier.  By default
-  both kernels select by radix (:mod:`.topk_select`: a cost that does not follow k);
-  the sorted lists (:func:`piece_kernel`, :func:`.topk_state.pieces_state`) remain for
+  row's S states and writes.  The launch boundary is the grid-wide barrier — or, where
+  every piece has a multiprocessor of its own and the row's S·k entries fit the registers
+  of one piece's block (``Plan.fused``), the last piece of a row to finish merges it in
+  the same launch (an atomic ticket: :func:`.sync.last_to_finish`).  By default both
+  kernels select by radix (:mod:`.topk_select`: a cost that does not follow k); the
+  sorted lists (:mod:`.topk_rows`, :func:`.topk_state.pieces_state`) remain for
   sampling's perturbed values and for plans that ask for them.
 
 Memory traffic: read N·b once; write k·(b + 8) per row (+ the split workspace, S·k·8 per
@@ -31,25 +34,23 @@ indices as int64.  Ties go to the lower index; a row holding NaN or +inf, or of 
 gives NaN values at indices 0 … k − 1.  NumPy twin: :func:`numba_softmax.reference.topk.softmax_topk`.
 """
 
-import functools
 from typing import NamedTuple
 
-import numba
 import numpy as np
-from numba import cuda
 
-from ..draws import row_key_device
-from . import jit, launcher, topk_filter, topk_merge, topk_select, vector
+from . import counters, launcher, topk_filter, topk_merge, topk_select, vector
 from .jit import accumulator
 from .chunk import pow2_ceil as _pow2_at_least
+from .topk_rows import kernel, max_splits, merge_kernel, piece_kernel
 from .topk_select import MAX_K  # 128: a warp's list holds ⌈k/32⌉ ≤ 4 entries per lane
-from .topk_state import WARP, block_memory, keep_piece, pieces_state, row_state, writer
+from .topk_state import WARP
 
 MERGE_THREADS = 512  # the split path's merge block (at most)
 RADIX_MERGE_THREADS = 1024  # the radix merge's block: its S·k entries in registers
 RADIX_MERGE_PER_THREAD = 8  # … at most this many a thread (choose keeps S·k below)
 RADIX_BLOCKS = 2  # radix pieces per multiprocessor at once (~90 registers a thread) …
 RADIX_WAVES = 2  # … and at most two such waves (H200, B 16 × 128256, k 50: 47.5 µs, the lists 61)
+FUSED_MERGE_PER_THREAD = 16  # the last piece merges its row if S·k fit 16 a thread of it
 LISTS_SPLIT_THREADS = 512  # the pieces' block where rows are a quarter to one per SM
 
 
@@ -58,7 +59,8 @@ class Plan(NamedTuple):
     ``vpt`` values per thread per chunk; ``splits`` pieces per row (1: no split);
     ``radix``: the split path selects by radix (:mod:`.topk_select`; a piece is then held
     whole, ⌈piece/threads⌉ values a thread) instead of by sorted lists; ``filter``: a
-    block streams its row or piece past a threshold (:mod:`.topk_filter`)."""
+    block streams its row or piece past a threshold (:mod:`.topk_filter`); ``fused``
+    (radix only): the last piece of a row to finish merges the row, in the same launch."""
 
     warp_rows: bool
     threads: int
@@ -66,13 +68,7 @@ class Plan(NamedTuple):
     splits: int = 1
     radix: bool = False
     filter: bool = False
-
-
-def max_splits(dtype, k):
-    """Pieces the split merge can hold in shared memory: lists of ⌈k/32⌉·32 entries, at
-    most 4096 entries (32 KB), 2048 for float64; a power of two."""
-    entries = 4096 if accumulator(dtype) == numba.float32 else 2048
-    return _pow2_at_most(entries // (WARP * -(-k // WARP)))
+    fused: bool = False
 
 
 def choose(rows, n, k, dtype, width, limits, radix=False):
@@ -111,83 +107,11 @@ def choose(rows, n, k, dtype, width, limits, radix=False):
         for per in (8, 16):  # (32 a thread would take ~210 registers)
             splits = -(-n // (threads * per))
             if rows * splits <= RADIX_WAVES * RADIX_BLOCKS * sms and splits * k <= cap:
-                return Plan(False, threads, per, splits, True)
+                fused = rows * splits <= sms and splits * k <= threads * FUSED_MERGE_PER_THREAD
+                return Plan(False, threads, per, splits, True, fused=fused)
     threads = min(512 if 4 * rows < sms else 256, max_threads)
     splits = min(max_splits(dtype, k), -(-16 * sms * WARP // (rows * threads)), -(-n // (threads * width)))
     return Plan(False, threads, vpt, max(splits, 1))
-
-
-def _pow2_at_most(n):
-    p = 1
-    while 2 * p <= n:
-        p *= 2
-    return p
-
-
-@functools.cache
-def kernel(dtype, threads, vpt, width, slots, warp_rows, log):
-    """The one-kernel path: a warp or a block per row."""
-    acc = accumulator(dtype)
-    state = row_state(dtype, threads, vpt, width, slots, warp_rows, False)
-    write = writer(dtype, log)
-    lists = threads // WARP
-    memory = block_memory(acc, lists * WARP * slots)
-
-    @jit.kernel
-    def softmax_topk(x, k, inv_t, values, indices):
-        sv, si, m_sh, l_sh = memory()
-        tid = cuda.threadIdx.x
-        if warp_rows:
-            row, first, step = cuda.blockIdx.x * lists + tid // WARP, tid % WARP, WARP
-            if row >= x.shape[0]:
-                return  # a whole warp past the last row; no one waits for it
-        else:
-            row, first, step = cuda.blockIdx.x, tid, threads
-        m, l, base = state(x, row, 0, x.shape[1], k, inv_t, numba.uint64(0), sv, si, m_sh, l_sh)
-        write(values, indices, row, sv, si, base, k, m, l, first, step)
-
-    return softmax_topk
-
-
-@functools.cache
-def piece_kernel(dtype, threads, vpt, width, slots, perturb):
-    """Split path, kernel 1: block (row, s) writes the state of piece s to the workspace
-    (with ``perturb``, of u + Gumbel noise: see :mod:`.sample`)."""
-    acc = accumulator(dtype)
-    state = row_state(dtype, threads, vpt, width, slots, False, perturb)
-    memory = block_memory(acc, threads * slots)
-
-    @jit.kernel
-    def piece_states(x, k, inv_t, seed, piece, ws_v, ws_i, ws_m, ws_l):
-        sv, si, m_sh, l_sh = memory()
-        row, s, tid = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
-        key = row_key_device(seed, row) if perturb else seed
-        start = s * piece
-        stop = min(start + piece, x.shape[1])
-        m, l, _ = state(x, row, start, stop, k, inv_t, key, sv, si, m_sh, l_sh)
-        keep_piece(ws_v, ws_i, ws_m, ws_l, row, s, sv, si, k, m, l, tid, threads)
-
-    return piece_states
-
-
-@functools.cache
-def merge_kernel(dtype, slots, log, threads):
-    """Split path, kernel 2: block ``row`` merges the row's piece states (at most
-    :func:`max_splits`) and writes."""
-    acc = accumulator(dtype)
-    lists = max_splits(dtype, WARP * slots)
-    state = pieces_state(acc, lists, threads, slots)
-    write = writer(dtype, log)
-    memory = block_memory(acc, lists * WARP * slots)
-
-    @jit.kernel
-    def merge_pieces(ws_v, ws_i, ws_m, ws_l, k, values, indices):
-        sv, si, m_sh, l_sh = memory()
-        row = cuda.blockIdx.x
-        m, l = state(ws_v, ws_i, ws_m, ws_l, row, k, sv, si, m_sh, l_sh)
-        write(values, indices, row, sv, si, 0, k, m, l, cuda.threadIdx.x, threads)
-
-    return merge_pieces
 
 
 # --- host side ---------------------------------------------------------------------------
@@ -272,17 +196,30 @@ def merge_threads(radix=False):
 
 def _launch_radix(x, k, inv_t, values, indices, log, p, width, stream):
     """The split path by radix select (:mod:`.topk_select`): kernel 1 per piece, kernel 2
-    per row.  Each kernel holds its entries in registers: ⌈piece/threads⌉ values (a
-    multiple of W) a thread, and ⌈S·k/threads⌉ (a power of two) in the merge."""
+    per row — or, with ``p.fused``, kernel 1 alone, its last piece of a row merging the
+    row.  Each holds its entries in registers: ⌈piece/threads⌉ values (a multiple of W)
+    a thread, and ⌈S·k/threads⌉ (a power of two) in the merge."""
     rows, n = x.shape
     piece, splits = pieces(n, p.splits, width)
     ws = workspace(rows, splits, k, np.dtype(str(accumulator(x.dtype))), stream)
     args = (x, k, inv_t, piece, topk_select.index_bytes(piece - 1)) + ws
     per_piece = lambda t: -(-piece // (t * width)) * width  # noqa: E731
-    kern, threads = fit(lambda t: topk_select.piece_kernel(x.dtype, t, per_piece(t), width),
+    then = lambda t: None  # noqa: E731
+    if p.fused and splits > 1:
+        args += (counters.tickets(rows, stream), topk_select.index_bytes(n - 1), values, indices)
+        then = lambda t: _row_merger(x, k, log, splits, t)  # noqa: E731
+    kern, threads = fit(lambda t: topk_select.piece_kernel(x.dtype, t, per_piece(t), width, then(t)),
                         p.threads, args)
     launcher.launch(kern, (rows, splits), threads, stream, args)
-    _radix_merge(x, k, values, indices, log, splits, ws, stream)
+    if not (p.fused and splits > 1):
+        _radix_merge(x, k, values, indices, log, splits, ws, stream)
+
+
+def _row_merger(x, k, log, splits, threads):
+    """The merge of a row's S piece states by a block of ``threads`` (:mod:`.topk_merge`):
+    ⌈S·k/threads⌉ entries a thread, a power of two."""
+    per = _pow2_at_least(-(-splits * k // threads))
+    return topk_merge.row_merger(x.dtype, per, threads, log, topk_merge.CAP, topk_merge.HEADS)
 
 
 def _launch_filter(x, k, inv_t, values, indices, log, p, width, stream):

@@ -42,24 +42,27 @@ HEADS = 512  # the bound's heads, S·⌈k/S⌉ < k + S (more: by radix)
 
 
 @functools.cache
-def merge_kernel(dtype, per_thread, threads, log, cap=CAP, most_heads=HEADS):
-    """Block ``row`` merges the row's S piece lists (S·k ≤ threads·per_thread entries),
-    folds the S (m, ℓ), and writes."""
+def row_merger(dtype, per_thread, threads, log, cap=CAP, most_heads=HEADS):
+    """Device function ``merge_row(ws_v, ws_i, ws_m, ws_l, row, k, n, idx_bytes, values,
+    indices, mem)``: the calling block (``threads`` threads) merges row ``row``'s S piece
+    lists (S·k ≤ threads·per_thread entries), folds the S (m, ℓ), and writes the row —
+    kernel 2, or the last piece of kernel 1 to finish (:func:`.topk_select.piece_kernel`).
+    ``mem``: the kernel's :func:`.topk_select.select_memory` arrays (taken once a kernel:
+    a shared array's symbol linked in twice does not link)."""
     acc = accumulator(dtype)
     select = radix_select(acc, per_thread)
-    memory = select_memory(acc)
     write = writer(dtype, log)
 
-    @jit.kernel(launch_bounds=threads)  # ≤ 64 registers a thread: 1024 threads fit
-    def bound_merge(ws_v, ws_i, ws_m, ws_l, k, n, idx_bytes, values, indices):
-        hist, ctrl, cv, ci, sv, si, m_sh, l_sh = memory()
+    @jit.device
+    def merge_row(ws_v, ws_i, ws_m, ws_l, row, k, n, idx_bytes, values, indices, mem):
+        hist, ctrl, cv, ci, sv, si, m_sh, l_sh = mem
         hv = cuda.shared.array(most_heads, acc)
         hi = cuda.shared.array(most_heads, numba.int32)
         gv = cuda.shared.array(cap, acc)
         gi = cuda.shared.array(cap, numba.int32)
         bound_v = cuda.shared.array(1, acc)
         bound_i = cuda.shared.array(2, numba.int32)  # b's index; the gather's counter
-        row, tid = cuda.blockIdx.x, cuda.threadIdx.x
+        tid = cuda.threadIdx.x
         pieces = ws_m.shape[1]
         r = -(-k // pieces)
         heads = pieces * r
@@ -103,5 +106,19 @@ def merge_kernel(dtype, per_thread, threads, log, cap=CAP, most_heads=HEADS):
         else:
             select(u, j, n - 1, idx_bytes, k, hist, ctrl, cv, ci, sv, si)  # the row's k best
         write(values, indices, row, sv, si, 0, k, m, l, tid, threads)
+
+    return merge_row
+
+
+@functools.cache
+def merge_kernel(dtype, per_thread, threads, log, cap=CAP, most_heads=HEADS):
+    """Kernel 2: block ``row`` runs :func:`row_merger`'s ``merge_row`` for its row."""
+    merge_row = row_merger(dtype, per_thread, threads, log, cap, most_heads)
+    memory = select_memory(accumulator(dtype))
+
+    @jit.kernel(launch_bounds=threads)  # ≤ 64 registers a thread: 1024 threads fit
+    def bound_merge(ws_v, ws_i, ws_m, ws_l, k, n, idx_bytes, values, indices):
+        merge_row(ws_v, ws_i, ws_m, ws_l, cuda.blockIdx.x, k, n, idx_bytes, values, indices,
+                  memory())
 
     return bound_merge

@@ -23,7 +23,7 @@ from the most significant:
 Kernel 1 (here), block (row, s): the piece's values are read once into registers
 (``threads`` × ``per_thread``, W-wide loads), folded into (m, ℓ) and the block's,
 selected; it writes the piece's state (m, ℓ, k values, k indices) to the workspace like
-:func:`.topk.piece_kernel`.  Kernel 2 (:mod:`.topk_merge`), block row: the S lists merged
+:func:`.topk_rows.piece_kernel`.  Kernel 2 (:mod:`.topk_merge`), block row: the S lists merged
 by a bound, or by this select where the bound prunes too little.  Bytes: read N·b; the
 workspace S·(k + 2)·8 written and read; write k(b + 8).  Rounds: at most 4 (float64: 8) value bytes + the index bytes, two
 barriers each.  NumPy twin: :func:`numba_softmax.reference.topk.softmax_topk`.
@@ -41,6 +41,7 @@ from ..combine import EMPTY, larger_device, precedes_device, weight_device
 from . import jit, vector
 from .jit import accumulator
 from .reduce import block_combine
+from .sync import last_to_finish
 from .topk_state import keep_piece
 from .warp import ballot, peers, shfl
 
@@ -250,9 +251,12 @@ def select_memory(acc):
 
 
 @functools.cache
-def piece_kernel(dtype, threads, per_thread, width):
+def piece_kernel(dtype, threads, per_thread, width, then=None):
     """Kernel 1: block (row, s) writes the state of x[row, s·piece : (s + 1)·piece]
-    (piece ≤ threads·per_thread) to the workspace."""
+    (piece ≤ threads·per_thread) to the workspace.  With ``then`` (a
+    :func:`.topk_merge.row_merger` of ``threads`` threads) the last of a row's pieces to
+    finish merges the row's S states itself: one launch, no kernel 2 (extra arguments:
+    int32 tickets, zero, one a row; the row's index bytes; values; indices)."""
     acc = accumulator(dtype)
     bf16 = jit.storage(dtype) == jit.BFLOAT16
     stored = numba.uint16 if bf16 else numba.from_dtype(np.dtype(dtype))
@@ -261,9 +265,9 @@ def piece_kernel(dtype, threads, per_thread, width):
     select = radix_select(acc, per_thread)
     memory = select_memory(acc)
 
-    @jit.kernel
-    def radix_piece_states(x, k, inv_t, piece, idx_bytes, ws_v, ws_i, ws_m, ws_l):
-        hist, ctrl, cv, ci, sv, si, m_sh, l_sh = memory()
+    @jit.device
+    def piece_state(x, k, inv_t, piece, idx_bytes, ws_v, ws_i, ws_m, ws_l, mem):
+        hist, ctrl, cv, ci, sv, si, m_sh, l_sh = mem
         row, s, tid = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
         start = s * piece
         stop = min(start + piece, x.shape[1])
@@ -285,4 +289,20 @@ def piece_kernel(dtype, threads, per_thread, width):
         select(u, j, stop - 1, idx_bytes, k, hist, ctrl, cv, ci, sv, si)  # its k best
         keep_piece(ws_v, ws_i, ws_m, ws_l, row, s, sv, si, k, m, l, tid, threads)
 
-    return radix_piece_states
+    if then is None:
+        @jit.kernel
+        def radix_piece_states(x, k, inv_t, piece, idx_bytes, ws_v, ws_i, ws_m, ws_l):
+            piece_state(x, k, inv_t, piece, idx_bytes, ws_v, ws_i, ws_m, ws_l, memory())
+
+        return radix_piece_states
+
+    @jit.kernel
+    def radix_pieces_merged(x, k, inv_t, piece, idx_bytes, ws_v, ws_i, ws_m, ws_l,
+                            tickets, row_bytes, values, indices):
+        mem = memory()  # one set of the select's shared arrays for both (see row_merger)
+        piece_state(x, k, inv_t, piece, idx_bytes, ws_v, ws_i, ws_m, ws_l, mem)
+        row = cuda.blockIdx.x
+        if last_to_finish(tickets, row, cuda.gridDim.y):  # the row's S states are all written
+            then(ws_v, ws_i, ws_m, ws_l, row, k, x.shape[1], row_bytes, values, indices, mem)
+
+    return radix_pieces_merged

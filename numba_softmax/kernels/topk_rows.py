@@ -1,0 +1,98 @@
+"""The sorted lists' kernels of fused softmax + top-k (:mod:`.topk` plans and launches
+them): a warp or a block per row, and the split path's two kernels by lists — kernel 1
+writes each piece's state (its k best by the warps' lists, and its (m, ℓ)), kernel 2
+merges a row's S states by :func:`.topk_state.pieces_state`.  The radix split
+(:mod:`.topk_select`, :mod:`.topk_merge`) is the default for few rows; these pieces stay
+for sampling's perturbed values (:mod:`.sample`) and for plans that ask for them.
+Bytes and the algorithm: :mod:`.topk`'s docstring.
+"""
+
+import functools
+
+import numba
+from numba import cuda
+
+from ..draws import row_key_device
+from . import jit
+from .jit import accumulator
+from .topk_state import WARP, block_memory, keep_piece, pieces_state, row_state, writer
+
+
+def max_splits(dtype, k):
+    """Pieces the split merge can hold in shared memory: lists of ⌈k/32⌉·32 entries, at
+    most 4096 entries (32 KB), 2048 for float64; a power of two."""
+    entries = 4096 if accumulator(dtype) == numba.float32 else 2048
+    return pow2_at_most(entries // (WARP * -(-k // WARP)))
+
+
+def pow2_at_most(n):
+    p = 1
+    while 2 * p <= n:
+        p *= 2
+    return p
+
+
+@functools.cache
+def kernel(dtype, threads, vpt, width, slots, warp_rows, log):
+    """The one-kernel path: a warp or a block per row."""
+    acc = accumulator(dtype)
+    state = row_state(dtype, threads, vpt, width, slots, warp_rows, False)
+    write = writer(dtype, log)
+    lists = threads // WARP
+    memory = block_memory(acc, lists * WARP * slots)
+
+    @jit.kernel
+    def softmax_topk(x, k, inv_t, values, indices):
+        sv, si, m_sh, l_sh = memory()
+        tid = cuda.threadIdx.x
+        if warp_rows:
+            row, first, step = cuda.blockIdx.x * lists + tid // WARP, tid % WARP, WARP
+            if row >= x.shape[0]:
+                return  # a whole warp past the last row; no one waits for it
+        else:
+            row, first, step = cuda.blockIdx.x, tid, threads
+        m, l, base = state(x, row, 0, x.shape[1], k, inv_t, numba.uint64(0), sv, si, m_sh, l_sh)
+        write(values, indices, row, sv, si, base, k, m, l, first, step)
+
+    return softmax_topk
+
+
+@functools.cache
+def piece_kernel(dtype, threads, vpt, width, slots, perturb):
+    """Split path, kernel 1: block (row, s) writes the state of piece s to the workspace
+    (with ``perturb``, of u + Gumbel noise: see :mod:`.sample`)."""
+    acc = accumulator(dtype)
+    state = row_state(dtype, threads, vpt, width, slots, False, perturb)
+    memory = block_memory(acc, threads * slots)
+
+    @jit.kernel
+    def piece_states(x, k, inv_t, seed, piece, ws_v, ws_i, ws_m, ws_l):
+        sv, si, m_sh, l_sh = memory()
+        row, s, tid = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
+        key = row_key_device(seed, row) if perturb else seed
+        start = s * piece
+        stop = min(start + piece, x.shape[1])
+        m, l, _ = state(x, row, start, stop, k, inv_t, key, sv, si, m_sh, l_sh)
+        keep_piece(ws_v, ws_i, ws_m, ws_l, row, s, sv, si, k, m, l, tid, threads)
+
+    return piece_states
+
+
+@functools.cache
+def merge_kernel(dtype, slots, log, threads):
+    """Split path, kernel 2: block ``row`` merges the row's piece states (at most
+    :func:`max_splits`) and writes."""
+    acc = accumulator(dtype)
+    lists = max_splits(dtype, WARP * slots)
+    state = pieces_state(acc, lists, threads, slots)
+    write = writer(dtype, log)
+    memory = block_memory(acc, lists * WARP * slots)
+
+    @jit.kernel
+    def merge_pieces(ws_v, ws_i, ws_m, ws_l, k, values, indices):
+        sv, si, m_sh, l_sh = memory()
+        row = cuda.blockIdx.x
+        m, l = state(ws_v, ws_i, ws_m, ws_l, row, k, sv, si, m_sh, l_sh)
+        write(values, indices, row, sv, si, 0, k, m, l, cuda.threadIdx.x, threads)
+
+    return merge_pieces
