@@ -17,8 +17,9 @@ kernel time against ``torch.topk(torch.softmax(x / T, -1), k)``.
    × k ∈ {8, 50}, float32, plus bfloat16 for one shape.  Columns: our ms, torch ms,
    speed-up, GB/s of one read of the logits, that as % of a device copy's GB/s, the plan.
    Then few rows (B ∈ {1, 4, 16}), the split by radix select against the split by sorted
-   lists (each forced: the plan ``choose`` makes with and without ``radix``) — issue #18's
-   last target is B = 1, V = 128256, k = 50 in ≤ 20 µs.
+   lists (each forced: the plan ``choose`` makes with and without ``radix``), and the
+   radix plan with its merge as a second kernel (``fused=False``: the same where ``choose``
+   does not fuse) — issue #18's last target is B = 1, V = 128256, k = 50 in ≤ 20 µs.
 
 Exits 1 (after printing every failure) if any check fails; the timing runs only then.
 """
@@ -183,14 +184,14 @@ def layout(plan):
     if plan.filter:
         return f"filter {plan.splits}×{plan.threads}"
     if plan.radix:
-        return f"radix {plan.splits}×{plan.threads}"
+        return f"radix {plan.splits}×{plan.threads}" + (" fused" if plan.fused else "")
     return f"split {plan.splits}×{plan.threads}" if plan.splits > 1 else f"block {plan.threads}"
 
 
 def timing_split():
     """Few rows: the split by radix select against the split by sorted lists, float32."""
     print("\nfew rows, split by radix select vs by sorted lists (float32, kernel time, µs)")
-    print(f"{'B':>4} {'V':>7} {'k':>4} {'radix µs':>9} {'lists µs':>9} {'torch µs':>9}  plans")
+    print(f"{'B':>4} {'V':>7} {'k':>4} {'radix µs':>9} {'2 kernels':>9} {'lists µs':>9} {'torch µs':>9}  plans")
     limits = launcher.device_limits()
     for B, V, k in [(1, 128256, 8), (1, 128256, 50), (1, 128256, 128), (1, 262144, 50),
                     (1, 32000, 50), (4, 128256, 50), (16, 128256, 50)]:
@@ -204,11 +205,12 @@ def timing_split():
         if not radix.radix:  # choose keeps the lists here: time the radix split anyway
             radix = K.Plan(False, 256, 16, -(-V // 4096), True)
         lists = K.choose(B, V, k, np.dtype(np.float32), 4, limits)
+        unfused = radix._replace(fused=False)  # kernel 2 merging, where choose fuses
         t = [device_time(lambda x: K.launch(views[id(x)], k, vv, iv, plan=p), inputs)
-             for p in (radix, lists)]
+             for p in (radix, unfused, lists)]
         torch_t = device_time(lambda x: torch.topk(torch.softmax(x, -1), k), inputs)
-        print(f"{B:>4} {V:>7} {k:>4} {t[0] * 1e6:>9.1f} {t[1] * 1e6:>9.1f} {torch_t * 1e6:>9.1f}  "
-              f"{layout(radix)} / {layout(lists)}")
+        print(f"{B:>4} {V:>7} {k:>4} {t[0] * 1e6:>9.1f} {t[1] * 1e6:>9.1f} {t[2] * 1e6:>9.1f} "
+              f"{torch_t * 1e6:>9.1f}  {layout(radix)} / {layout(lists)}")
 
 
 def timing():
