@@ -1,7 +1,7 @@
 """The public backward API: the gradients of softmax, log_softmax and attention.
 
 Each call: validate → views (the (rows, n) or (B, H, S, D) device arrays the kernels read,
-built by :mod:`._arrays` and the helpers of ``numba_softmax/attention.py``) → kernel
+built by :mod:`.arrays` and the helpers of ``numba_softmax/attention.py``) → kernel
 launch → give back, as the kind of array that came in (NumPy in → NumPy out; CuPy,
 PyTorch CUDA tensors and Numba device arrays → the same kind, on the same device).
 Inputs are never written.

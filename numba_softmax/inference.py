@@ -219,7 +219,8 @@ def append_kv(k_new, v_new, k_cache, v_cache, block_table, cache_seqlens, *, str
     positions cache_seqlens[b] … cache_seqlens[b] + Snew − 1 of each sequence, in the blocks
     its table row names.  The caches are written in place (they are this function's
     output) and returned; ``cache_seqlens`` is not changed — add Snew to it yourself.
-    CUDA arrays only for the caches (a NumPy cache would be a copy).  A table that lacks
+    CUDA arrays only, all four of one kind (a NumPy cache would be a copy, so NumPy new
+    tokens are copied to the device by the caller first).  A table that lacks
     the blocks for the new positions is a ``ValueError`` before anything is written."""
     stream = kinds.as_stream(stream)
     names = ("k_new", "v_new", "k_cache", "v_cache")
