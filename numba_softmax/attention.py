@@ -49,8 +49,8 @@ def _check_flag(value, name):
 
 
 def _check_scale(scale, d):
-    if scale is None:
-        return 1.0 / math.sqrt(d)
+    if scale is None:  # (D = 0 is refused by the head-dimension check that follows)
+        return 1.0 / math.sqrt(d) if d > 0 else 1.0
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
         raise TypeError(f"scale must be a finite real number or None, got {scale!r}")
     return float(scale)
@@ -109,6 +109,9 @@ def _check_out(out, dq, dtype, shape, inputs):
         raise TypeError(f"out has dtype {d.dtype}; the result has dtype {dtype}")
     if tuple(d.shape) != tuple(shape):
         raise ValueError(f"out has shape {tuple(d.shape)}; the result has shape {tuple(shape)}")
+    if not d.on_host and layout.overlaps_itself(d.shape, d.strides):
+        raise ValueError("out has elements that share memory (a zero or interleaved stride); "
+                         "it cannot be written")
     return d
 
 

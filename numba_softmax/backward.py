@@ -1,7 +1,7 @@
 """The public backward API: the gradients of softmax, log_softmax and attention.
 
 Each call: validate → views (the (rows, n) or (B, H, S, D) device arrays the kernels read,
-built by :mod:`._arrays` and the helpers of ``numba_softmax/attention.py``) → kernel
+built by :mod:`.arrays` and the helpers of ``numba_softmax/attention.py``) → kernel
 launch → give back, as the kind of array that came in (NumPy in → NumPy out; CuPy,
 PyTorch CUDA tensors and Numba device arrays → the same kind, on the same device).
 Inputs are never written.
@@ -14,7 +14,7 @@ import numpy as np
 from . import plans
 from .arrays import heads, kinds
 from .arrays.rows import Finish, Out, Rows, check_alias
-from .attention import _check_scale, _check_window, _describe_all
+from .attention import _check_flag, _check_scale, _check_window, _describe_all
 from .kernels import attention_backward as _attention_kernel
 from .kernels import attention_backward_tc as _tensor_cores
 from .kernels import softmax_backward_launch as _rows_kernel
@@ -157,7 +157,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), sc
     if plan is not None:
         return plan((do, q, k, v, o, lse, None), stream, ptrs)
     ds = _check_attention(do, q, k, v, o, lse)
-    causal = bool(causal) if isinstance(causal, bool) else _bad_flag(causal)
+    causal = _check_flag(causal, "causal")
     window = _check_window(window)
     dq_, kind, dtype = ds["q"], ds["q"].kind, ds["q"].dtype
     *lead, sq, d = dq_.shape
@@ -187,10 +187,6 @@ def _backward_kernel(dtype, scale):
     (as the forward, :func:`numba_softmax.attention`, does for the same reason)."""
     half = dtype in (np.dtype(np.float16), kinds.BFLOAT16)
     return _tensor_cores if half and scale != 0 else _attention_kernel
-
-
-def _bad_flag(value):
-    raise TypeError(f"causal must be True or False, got {value!r}")
 
 
 class _Grads:

@@ -13,6 +13,8 @@ kernel (:mod:`.kernels.attention` / :mod:`.kernels.attention_tc` for varlen,
 :mod:`.kernels.paged`, :mod:`.kernels.append`) → results in the caller's kind.
 """
 
+import numbers
+
 import numpy as np
 
 from . import plans
@@ -53,8 +55,18 @@ def _packed(d, stream):
     return kinds.view_of(d, (1, h, total, e), (0, st[1], st[0], st[2]))
 
 
-def _check_offsets(cu, total, name):
-    cu = np.asarray(cu, np.int64)
+def _named(x, name):
+    """``kinds.describe(x)``, its TypeError (not an array) naming the argument."""
+    try:
+        return kinds.describe(x)
+    except TypeError as e:
+        raise TypeError(f"{name}: {e}") from None
+
+
+def _check_offsets(x, total, name):
+    """The offsets ``x`` (an int32 array of any kind) as int64 NumPy, checked."""
+    check_dtype(_named(x, name), name, (I32,))
+    cu = np.asarray(kinds.to_numpy(x), np.int64)
     if cu.ndim != 1 or cu.size < 2 or cu[0] != 0 or (np.diff(cu) < 0).any() or cu[-1] > total:
         raise ValueError(f"{name} must be non-decreasing offsets from 0 to at most {total} "
                          f"(B + 1 values), got {cu.tolist()[:8]}{'…' if cu.size > 8 else ''}")
@@ -70,8 +82,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     (B + 1 values, from 0, non-decreasing) — sequence b's queries are the rows
     cu_seqlens_q[b] … cu_seqlens_q[b+1] − 1 and it attends only to its own keys, with
     ``causal`` and ``window`` aligned bottom-right inside the sequence (as
-    :func:`numba_softmax.attention`).  ``max_seqlen_q``/``max_seqlen_k``: the longest
-    sequences (checked; computed when None).  Returns O (total_q, Hq, Dv), and with
+    :func:`numba_softmax.attention`); rows after cu_seqlens_q[-1] (padding) belong to no
+    sequence and get O = 0, LSE = −inf.  ``max_seqlen_q``/``max_seqlen_k``: the longest
+    sequences (integers, checked; computed when None).  Returns O (total_q, Hq, Dv), and with
     ``return_lse`` LSE (Hq, total_q) float32 (flash-attn's layout).
     """
     stream = kinds.as_stream(stream)
@@ -87,19 +100,28 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
                          f"Hkv), Hkv dividing q's heads, and q's head dimension")
     causal, return_lse = _check_flag(causal, "causal"), _check_flag(return_lse, "return_lse")
     window, scale = _check_window(window), _check_scale(scale, d)
-    cu_q = _check_offsets(kinds.to_numpy(cu_seqlens_q), tq, "cu_seqlens_q")
-    cu_k = _check_offsets(kinds.to_numpy(cu_seqlens_k), tk, "cu_seqlens_k")
+    cu_q = _check_offsets(cu_seqlens_q, tq, "cu_seqlens_q")
+    cu_k = _check_offsets(cu_seqlens_k, tk, "cu_seqlens_k")
     if cu_q.size != cu_k.size:
         raise ValueError(f"cu_seqlens_q and cu_seqlens_k need one batch, got {cu_q.size - 1} and {cu_k.size - 1}")
     longest_q, longest_k = int(np.diff(cu_q).max()), int(np.diff(cu_k).max())
     for given, longest, name in ((max_seqlen_q, longest_q, "max_seqlen_q"), (max_seqlen_k, longest_k, "max_seqlen_k")):
-        if given is not None and int(given) < longest:
+        if given is None:
+            continue
+        if isinstance(given, bool) or not isinstance(given, numbers.Integral):
+            raise TypeError(f"{name} must be an integer or None, got {given!r}")
+        if given < longest:
             raise ValueError(f"{name} = {given} but a sequence has {longest}")
     kernel = _kernel_for(dq.dtype, scale)
     kernel.check_head_dims(d, d_v)
     kind = dq.kind
-    o_buf, o = kinds.empty(kind, (tq, hq, d_v), dq.dtype, like=q, stream=stream)
-    lse_buf, lse = kinds.empty(kind, (hq, tq), F32, like=q, stream=stream)
+    if cu_q[-1] < tq:  # rows of no sequence (padding): O = 0, LSE = −inf, as the reference
+        on_device = "numba" if kind == "numpy" else kind
+        o_buf = kinds.full(on_device, (tq, hq, d_v), 0.0, dq.dtype, like=q)
+        lse_buf = kinds.full(on_device, (hq, tq), -np.inf, F32, like=q)
+    else:
+        o_buf, _ = kinds.empty(kind, (tq, hq, d_v), dq.dtype, like=q, stream=stream)
+        lse_buf, _ = kinds.empty(kind, (hq, tq), F32, like=q, stream=stream)
     if tq and hq and d_v:
         q4, k4, v4 = (_packed(x, stream) for x in (dq, dk, dv))
         o4 = kinds.view_of(kinds.describe(o_buf), (1, hq, tq, d_v), (0, d_v, hq * d_v, 1))
@@ -187,6 +209,7 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=F
     ds = _describe_all({"q": q, "k_cache": k_cache, "v_cache": v_cache}, DTYPES)
     if not ds["q"].dtype == ds["k_cache"].dtype == ds["v_cache"].dtype:
         raise TypeError("q, k_cache and v_cache must have one dtype")
+    _named(block_table, "block_table"), _named(cache_seqlens, "cache_seqlens")
     _paged.check_shapes(q, k_cache, v_cache, block_table, cache_seqlens)
     causal, return_lse = _check_flag(causal, "causal"), _check_flag(return_lse, "return_lse")
     window, splits = _check_window(window), _check_splits(num_splits)
@@ -219,7 +242,8 @@ def append_kv(k_new, v_new, k_cache, v_cache, block_table, cache_seqlens, *, str
     positions cache_seqlens[b] … cache_seqlens[b] + Snew − 1 of each sequence, in the blocks
     its table row names.  The caches are written in place (they are this function's
     output) and returned; ``cache_seqlens`` is not changed — add Snew to it yourself.
-    CUDA arrays only for the caches (a NumPy cache would be a copy).  A table that lacks
+    CUDA arrays only, all four of one kind (a NumPy cache would be a copy, so NumPy new
+    tokens are copied to the device by the caller first).  A table that lacks
     the blocks for the new positions is a ``ValueError`` before anything is written."""
     stream = kinds.as_stream(stream)
     names = ("k_new", "v_new", "k_cache", "v_cache")

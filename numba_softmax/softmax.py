@@ -69,7 +69,9 @@ def softmax(x, axis=-1, *, method="auto", out=None, stream=None):
         Which kernel (:data:`METHODS`); ``"auto"`` picks by shape and device.
     out : array, optional
         Where to write the result: same kind, shape and dtype as the result.  It may be
-        ``x`` itself (in place); any other overlap with ``x`` is an error.
+        ``x`` itself (in place); any other overlap of device arrays is a ``ValueError``
+        (a NumPy ``x`` is copied to the device first, so an overlapping NumPy ``out``
+        receives the softmax of ``x`` as it was).
     stream : Numba stream, CuPy/PyTorch stream, or int handle, optional
         The CUDA stream to run on; default: the legacy default stream, which orders
         the call after work already queued by CuPy and PyTorch on *their* defaults.

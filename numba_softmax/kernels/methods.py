@@ -1,6 +1,6 @@
 """Which kernel runs a softmax, and how: the one map from a method's name to launches.
 
-    METHODS                         "auto" and the six kernels
+    METHODS                         "auto" and the seven kernels
     choose(rows, n, dtype, limits)  the kernel "auto" runs for a (rows, n) problem
     launch(method, mode, x, y)      run one method's kernel(s) on (rows, n) device arrays
     traffic(method, rows, n, …)     the bytes a method's own model says it moves
