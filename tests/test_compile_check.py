@@ -1,0 +1,67 @@
+"""``scripts/compile_check.py`` without compiling (the simulator has no NVVM): every entry
+of its table names a factory this tree has, every module that builds a kernel has an
+entry, and its PTX and ptxas helpers do what they say.  (The compile itself: run the
+script, ``python scripts/compile_check.py``; it needs NVVM and ptxas, not a GPU.)"""
+
+import importlib.util
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("compile_check", ROOT / "scripts" / "compile_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_entry_names_a_factory_of_this_tree():
+    cc = _script()
+    assert len({e.key for e in cc.TABLE}) == len(cc.TABLE)
+    for e in cc.TABLE:
+        assert callable(cc._resolve(e.target)), e.key
+        for a in e.args:
+            if isinstance(a, cc.Ref):
+                assert callable(cc._resolve(a.target)), e.key
+
+
+def test_every_module_that_builds_a_kernel_has_an_entry():
+    """A new kernel module needs a row in compile_check's table (its launch's types)."""
+    cc = _script()
+    covered = {t.split(":")[0] for e in cc.TABLE for t in e.target.split("|")}
+    package = ROOT / "numba_softmax"
+    builders = set()
+    for path in package.rglob("*.py"):
+        if path.name != "jit.py" and re.search(r"@jit\.kernel|jit\.kernel\(", path.read_text()):
+            builders.add(".".join(path.relative_to(package).with_suffix("").parts))
+    assert builders and builders <= covered, sorted(builders - covered)
+
+
+def test_canonical_declares_shared_arrays_in_the_order_they_were_made():
+    cc = _script()
+    decl = ".visible .shared .align 4 .b8 _cudapy_smem_{}[{}];\n"
+    head = ".version 9.0\n.target sm_90\n"
+    body = ".visible .entry k()\n{\n\tst.shared.u32 [_cudapy_smem_10], 1;\n\tst.shared.u32 [_cudapy_smem_2], 1;\n}\n"
+    linked = head + decl.format(10, 16) + decl.format(11, 4) + decl.format(1, 8) + decl.format(2, 4) + body
+    want = head + decl.format(1, 8) + decl.format(2, 4) + decl.format(10, 16) + decl.format(11, 4) + body
+    assert cc.canonical(linked) == want
+    assert cc.canonical(want) == want
+    assert cc.canonical(head + body) == head + body
+
+
+def test_ptxas_report_parsed_for_the_entry_function():
+    cc = _script()
+    report = """ptxas info    : 0 bytes gmem
+ptxas info    : Function properties for cudaCGGetIntrinsicHandle
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Compiling entry function '_Z4kern' for 'sm_90'
+ptxas info    : Function properties for _Z4kern
+    16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 64 registers, used 1 barriers, 16672 bytes smem, 400 bytes cmem[0]
+"""
+    assert cc._parse(report) == dict(regs=64, spill_st=8, spill_ld=12, stack=16, smem=16672)
+    assert cc._max_threads(64, None) == 1024
+    assert cc._max_threads(75, None) == 800  # 2560 registers a warp: 25 warps
+    assert cc._max_threads(128, (256, 2)) == 256
