@@ -14,6 +14,7 @@ from numba import cuda
 
 from ..draws import row_key_device
 from . import jit
+from .chunk import pow2_floor
 from .jit import accumulator
 from .topk_state import WARP, block_memory, keep_piece, pieces_state, row_state, writer
 
@@ -22,14 +23,7 @@ def max_splits(dtype, k):
     """Pieces the split merge can hold in shared memory: lists of ⌈k/32⌉·32 entries, at
     most 4096 entries (32 KB), 2048 for float64; a power of two."""
     entries = 4096 if accumulator(dtype) == numba.float32 else 2048
-    return pow2_at_most(entries // (WARP * -(-k // WARP)))
-
-
-def pow2_at_most(n):
-    p = 1
-    while 2 * p <= n:
-        p *= 2
-    return p
+    return pow2_floor(entries // (WARP * -(-k // WARP)))
 
 
 @functools.cache
