@@ -162,6 +162,13 @@ def test_radix_merge_by_bound_and_by_radix(cap, heads, fused, monkeypatch):
     run(x, 9, plan=K.Plan(False, 32, 4, S, True, fused=fused))
 
 
+def test_a_plan_of_part_of_a_warp_is_refused():
+    """Votes and shuffles take whole warps: on a GPU a block of 48 threads would hang or
+    read garbage (the simulator's warp would not notice), so the plan is a ValueError."""
+    with pytest.raises(ValueError, match="multiple of 32"):
+        run(np.zeros((1, 500)), 5, plan=K.Plan(False, 48, 4, 3, True))
+
+
 def dtype_rows(V, seed):
     """Three rows for the dtype tests: random, rounded (ties), a fifth of them −inf."""
     x = np.random.default_rng(seed).standard_normal((3, V)) * 3

@@ -14,9 +14,11 @@ import numpy as np
 from . import launcher
 
 
-def tickets(n, stream=0):
-    """At least n int32 counters, all zero (a zeroed :func:`.launcher.workspace`)."""
-    return launcher.workspace("tickets", max(n, 1024), np.int32, stream, zeroed=True)
+def tickets(n, stream=0, name="tickets"):
+    """At least n int32 counters, all zero (a zeroed :func:`.launcher.workspace`); each
+    ``name`` its own set, so that one kernel's launch cut short (counters left non-zero)
+    cannot make another kernel's merge skip."""
+    return launcher.workspace(name, max(n, 1024), np.int32, stream, zeroed=True)
 
 
 def placeholder(ndim, dtype):

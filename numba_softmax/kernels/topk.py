@@ -165,6 +165,8 @@ def launch(x, k, values, indices, *, temperature=1.0, log=False, stream=0, plan=
     inv_t = acc.type(1.0 / temperature)
     width = vector.vector_width(x)
     p = plan or choose(rows, n, k, x.dtype, width, launcher.device_limits(), True)
+    if p.threads % WARP:  # the lists, the radix scan and the ranks vote by whole warps
+        raise ValueError(f"a top-k plan's threads must be a multiple of {WARP}; got {p.threads}")
     slots = -(-k // WARP)
     vpt = max(p.vpt, width) // width * width
     if p.filter:
@@ -206,7 +208,8 @@ def _launch_radix(x, k, inv_t, values, indices, log, p, width, stream):
     per_piece = lambda t: -(-piece // (t * width)) * width  # noqa: E731
     then = lambda t: None  # noqa: E731
     if p.fused and splits > 1:
-        args += (counters.tickets(rows, stream), topk_select.index_bytes(n - 1), values, indices)
+        args += (counters.tickets(rows, stream, "topk tickets"), topk_select.index_bytes(n - 1),
+                 values, indices)
         then = lambda t: _row_merger(x, k, log, splits, t)  # noqa: E731
     kern, threads = fit(lambda t: topk_select.piece_kernel(x.dtype, t, per_piece(t), width, then(t)),
                         p.threads, args)
