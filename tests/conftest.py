@@ -41,5 +41,45 @@ settings.register_profile("fuzz", max_examples=int(os.environ.get("NUMBA_SOFTMAX
 settings.load_profile("sim" if SIMULATOR else "gpu")
 
 
+# A GPU runs a grid's blocks in no promised order; the simulator runs them one after
+# another, first to last, so a kernel whose last block to finish does the merge (decode's
+# splits, the radix top-k's pieces) would always see them finish in index order.  Here
+# the simulator takes them in a shuffled order, seeded (NUMBA_SOFTMAX_SIM_BLOCKS: a seed,
+# "reverse", or "in order" for the simulator's own).
+BLOCK_ORDER = os.environ.get("NUMBA_SOFTMAX_SIM_BLOCKS", "0")
+
+
+def _shuffle_blocks():
+    import random
+
+    import numpy
+    from numba.cuda.simulator import kernel
+
+    if BLOCK_ORDER == "in order":
+        return
+    rng = random.Random(None if BLOCK_ORDER == "reverse" else int(BLOCK_ORDER))
+
+    class _Numpy:  # the simulator's kernel module's numpy, but for the grid's loop
+        def __getattr__(self, name):
+            return getattr(numpy, name)
+
+        @staticmethod
+        def ndindex(*shape):  # (the grid loop is its one caller there: blocks run elsewhere)
+            points = list(numpy.ndindex(*shape))
+            if BLOCK_ORDER == "reverse":
+                points.reverse()
+            else:
+                rng.shuffle(points)
+            return iter(points)
+
+    kernel.np = _Numpy()
+
+
+def pytest_configure(config):
+    if SIMULATOR:
+        _shuffle_blocks()
+
+
 def pytest_report_header(config):
-    return f"numba_softmax tests on the {'CUDA simulator' if SIMULATOR else 'GPU'}"
+    order = BLOCK_ORDER if BLOCK_ORDER in ("in order", "reverse") else f"shuffled, seed {BLOCK_ORDER}"
+    return f"numba_softmax tests on {f'the CUDA simulator (blocks {order})' if SIMULATOR else 'the GPU'}"

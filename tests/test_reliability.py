@@ -834,3 +834,20 @@ def test_batch_of_more_than_2_pow_31_values():
     for r in check:
         np.testing.assert_allclose(_column(yb, r).astype(np.float64), R.softmax(_column(b, r)),
                                    **TOL[F16], err_msg=f"axis 0, column {r}")
+
+
+@pytest.mark.skipif(not SIMULATOR or os.environ.get("NUMBA_SOFTMAX_SIM_BLOCKS") == "in order",
+                    reason="the simulator's shuffled block order (tests/conftest.py)")
+def test_the_simulator_runs_blocks_out_of_order():
+    """The kernels whose last block to finish merges (decode's splits, the radix top-k's
+    pieces) are tested with blocks finishing in another order than their index."""
+
+    @cuda.jit
+    def ticket(order, counter):
+        if cuda.threadIdx.x == 0:
+            order[cuda.blockIdx.x] = cuda.atomic.add(counter, 0, 1)
+
+    order = cuda.to_device(np.full(16, -1, np.int32))
+    ticket[16, 1](order, cuda.to_device(np.zeros(1, np.int32)))
+    got = order.copy_to_host()
+    assert sorted(got) == list(range(16)) and list(got) != list(range(16))
