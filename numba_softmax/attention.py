@@ -28,11 +28,19 @@ F32 = np.dtype(np.float32)
 
 
 # --- validation (all of it before anything is copied or launched) -----------------------
+def _named(x, name):
+    """``kinds.describe(x)``, its TypeError (not an array) naming the argument."""
+    try:
+        return kinds.describe(x)
+    except TypeError as e:
+        raise TypeError(f"{name}: {e}") from None
+
+
 def _describe_all(named, allowed):
     """Described arrays by name; one kind for all, each dtype in ``allowed``."""
     out, first = {}, None
     for name, x in named.items():
-        d = kinds.describe(x)
+        d = _named(x, name)
         check_dtype(d, name, allowed[name] if isinstance(allowed, dict) else allowed)
         if first is not None and d.kind != out[first].kind:
             raise TypeError(f"{first} and {name} must be the same kind of array, got "

@@ -21,7 +21,7 @@ from . import plans
 from .arrays import heads, kinds, layout
 from .arrays.rows import check_dtype
 from .attention import (DTYPES, F32, _OAndLse, _check_flag, _check_scale, _check_splits,
-                        _check_window, _describe_all, _kernel_for, lse_output)
+                        _check_window, _describe_all, _kernel_for, _named, lse_output)
 from .kernels import append as _append
 from .kernels import paged as _paged
 from .kernels import table_check as _table_check
@@ -53,14 +53,6 @@ def _packed(d, stream):
         d = kinds.describe(dev)
     st = d.strides
     return kinds.view_of(d, (1, h, total, e), (0, st[1], st[0], st[2]))
-
-
-def _named(x, name):
-    """``kinds.describe(x)``, its TypeError (not an array) naming the argument."""
-    try:
-        return kinds.describe(x)
-    except TypeError as e:
-        raise TypeError(f"{name}: {e}") from None
 
 
 def _check_offsets(x, total, name):
