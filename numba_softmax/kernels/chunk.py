@@ -34,9 +34,6 @@ from .epilogue import base, element
 from .ptx import nan_max
 
 
-CHAINS = 4  # a chunk's max and sum run as this many interleaved chains (see ops.largest)
-
-
 class Ops(NamedTuple):
     load: object  # load(x, row, base, stop, t, team, v, pad)
     state: object  # state(v) -> (max, Σ exp(v − max))
@@ -58,26 +55,15 @@ def ops(dtype, vpt, width):
             load_row(x, row, base + (t + i * team) * width, stop, v, i * width, pad)
 
     @jit.device
-    def largest(v):
-        # four interleaved chains of max, joined pairwise: a quarter of the dependent
-        # steps of one chain (a NaN is kept: one max.NaN instruction for float32)
-        w = cuda.local.array(CHAINS, acc)
-        for j in range(CHAINS):
-            w[j] = acc(-math.inf)
-        for i in range(vpt):
-            w[i % CHAINS] = nan_max(w[i % CHAINS], v[i])
-        return nan_max(nan_max(w[0], w[1]), nan_max(w[2], w[3]))
-
-    @jit.device
     def state(v):
-        m = largest(v)
-        b = base(m, acc(0.0))
-        s = cuda.local.array(CHAINS, acc)  # four running sums, as the max's chains
-        for j in range(CHAINS):
-            s[j] = acc(0.0)
+        m = acc(-math.inf)
         for i in range(vpt):
-            s[i % CHAINS] += math.exp(v[i] - b)  # against the chunk's own max: one exp a value
-        return m, (s[0] + s[1]) + (s[2] + s[3])
+            m = nan_max(m, v[i])  # a NaN is kept (one max.NaN instruction for float32)
+        b = base(m, acc(0.0))
+        l = acc(0.0)
+        for i in range(vpt):
+            l += math.exp(v[i] - b)  # against the chunk's own max: one exp per value
+        return m, l
 
     @jit.device
     def normalise(v, m, c, mode):
@@ -92,15 +78,15 @@ def ops(dtype, vpt, width):
 
     @jit.device
     def exps(v):
-        m = largest(v)
+        m = acc(-math.inf)
+        for i in range(vpt):
+            m = nan_max(m, v[i])
         b = base(m, acc(0.0))
-        s = cuda.local.array(CHAINS, acc)
-        for j in range(CHAINS):
-            s[j] = acc(0.0)
+        l = acc(0.0)
         for i in range(vpt):
             v[i] = math.exp(v[i] - b)  # kept: the output is this times one factor
-            s[i % CHAINS] += v[i]
-        return m, (s[0] + s[1]) + (s[2] + s[3])
+            l += v[i]
+        return m, l
 
     @jit.device
     def rescale(v, m_own, m, c):
