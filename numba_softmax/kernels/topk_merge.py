@@ -8,12 +8,11 @@ rank at or before b are candidates.  For logits spread over the pieces that is k
 entries, not S·k (N(0, 1) logits, V 128256 in 63 pieces: ~97 of 3150 at k 50, ~151 of
 8064 at k 128; a host count of twenty rows):
 
-    bound    the S·r heads to shared memory; a warp a head counts the heads that
-             precede it (:func:`numba_softmax.combine.precedes`; 32 a step, one vote
-             each: :func:`.topk_select.warp_rank`); the one of rank k − 1 is b
+    bound    the S·r heads to shared memory; each counts the heads that precede it
+             (:func:`numba_softmax.combine.precedes`); the one of rank k − 1 is b
     gather   every entry that b does not precede, into shared memory (an atomic counter)
-    rank     each gathered entry's place = how many gathered entries precede it, counted
-             the same way: the sorted list, as :mod:`.topk_select`'s gather ends
+    rank     each gathered entry's place = how many gathered entries precede it: the
+             sorted list, as :mod:`.topk_select`'s gather ends
 
 If more than ``cap`` entries are gathered — a row whose best values crowd into a few
 pieces — or the heads pass :data:`HEADS` (S > 512 pieces), the block selects from all
@@ -34,7 +33,7 @@ from ..combine import EMPTY, combine_device, precedes_device
 from . import jit
 from .jit import accumulator
 from .reduce import block_combine
-from .topk_select import WARP, radix_select, select_memory, sort_by_rank, warp_rank
+from .topk_select import radix_select, select_memory
 from .topk_state import writer
 
 CAP = 1024  # gathered entries ranked by counting (8 KB of shared memory, 12 for float64)
@@ -52,6 +51,14 @@ def row_merger(dtype, per_thread, threads, log, cap=CAP, most_heads=HEADS):
     acc = accumulator(dtype)
     select = radix_select(acc, per_thread)
     write = writer(dtype, log)
+
+    @jit.device
+    def rank(v, i, q, n):
+        """How many of the n entries v/i[0 : n] precede entry q."""
+        p = 0
+        for f in range(n):  # (every thread reads entry f at once: a broadcast)
+            p += 1 if precedes_device(v[f], i[f], v[q], i[q]) else 0
+        return p
 
     @jit.device
     def merge_row(ws_v, ws_i, ws_m, ws_l, row, k, n, idx_bytes, values, indices, mem):
@@ -86,10 +93,9 @@ def row_merger(dtype, per_thread, threads, log, cap=CAP, most_heads=HEADS):
             m, l = combine_device(m, l, ws_m[row, s], ws_l[row, s])
         m, l = block_combine(m, l, m_sh, l_sh)
         cuda.syncthreads()  # the heads and b's slot are written before anyone reads them
-        lane, warp = tid % WARP, tid // WARP
         if heads <= most_heads:
-            for q in range(warp, heads, threads // WARP):  # b: the head of rank k − 1
-                if warp_rank(hv, hi, q, heads, lane) == k - 1 and lane == 0 and hi[q] != EMPTY:
+            for q in range(tid, heads, threads):  # b: the head of rank k − 1
+                if hi[q] != EMPTY and rank(hv, hi, q, heads) == k - 1:
                     bound_v[0], bound_i[0] = hv[q], hi[q]
         cuda.syncthreads()  # b is known before anyone gathers
         bu, bj = bound_v[0], bound_i[0]
@@ -101,7 +107,12 @@ def row_merger(dtype, per_thread, threads, log, cap=CAP, most_heads=HEADS):
         cuda.syncthreads()  # every candidate is in shared memory before any is ranked
         g = bound_i[1]
         if heads <= most_heads and g <= cap:  # (the same for every thread: no one waits alone)
-            sort_by_rank(gv, gi, g, k, sv, si, tid, threads)  # its place: a count, by a warp
+            for q in range(tid, g, threads):  # its place: how many candidates precede it
+                p = rank(gv, gi, q, g)
+                if p < k:
+                    sv[p], si[p] = gv[q], gi[q]
+            for q in range(g + tid, k, threads):  # fewer than k real entries: padding
+                sv[q], si[q] = -math.inf, EMPTY
             cuda.syncthreads()  # the list is whole before any thread writes from it
         else:
             select(u, j, n - 1, idx_bytes, k, hist, ctrl, cv, ci, sv, si)  # the row's k best

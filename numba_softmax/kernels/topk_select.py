@@ -17,8 +17,7 @@ from the most significant:
             threshold go on into the index's bytes (the lower indices win).
     gather  the entries whose key is ≥ the threshold's bytes — exactly min(k, entries),
             in shared memory (an atomic counter) — and each finds its place by counting
-            those that precede it, a warp an entry (:func:`warp_rank`: ⌈k/32⌉ votes, not
-            k comparisons in a row): the sorted list.
+            those that precede it (≤ k comparisons): the sorted list.
 
 Kernel 1 (here), block (row, s): the piece's values are read once into registers
 (``threads`` × ``per_thread``, W-wide loads), folded into (m, ℓ) and the block's,
@@ -43,7 +42,7 @@ from .jit import accumulator
 from .reduce import block_combine
 from .sync import last_to_finish
 from .topk_state import keep_piece
-from .warp import ballot, peers, shfl
+from .warp import peers, shfl
 
 WARP = 32
 MAX_K = 128  # the longest list: the shared buffers of the gather and the sorted list
@@ -97,37 +96,6 @@ def order_key(acc):
         return b | sign
 
     return kt, nbits, key
-
-
-@jit.device
-def warp_rank(v, i, q, n, lane):
-    """How many of the n entries (v, i)[0 : n] precede entry q, counted by a warp: lane
-    l compares entries l, l + 32, …, one vote a step — ⌈n/32⌉ dependent steps where one
-    thread counting alone takes n.  Every lane of the warp calls it with the same q, n."""
-    qv, qi = v[q], i[q]
-    p = 0
-    for f0 in range(0, n, WARP):  # (the same steps for every lane)
-        f = f0 + lane
-        hit = False
-        if f < n:
-            hit = precedes_device(v[f], i[f], qv, qi)
-        p += cuda.popc(ballot(hit))
-    return p
-
-
-@jit.device
-def sort_by_rank(cv, ci, n, k, sv, si, tid, threads):
-    """sv/si[0 : k] = the n ≤ k entries cv/ci[0 : n] in order, padded with (−inf, EMPTY):
-    each entry's place is how many of the others precede it (:func:`warp_rank`, a warp an
-    entry).  No two entries are equal under ``precedes`` (distinct indices), so the
-    places are distinct."""
-    lane, warp = tid % WARP, tid // WARP
-    for q in range(warp, n, threads // WARP):
-        p = warp_rank(cv, ci, q, n, lane)
-        if lane == 0 and p < k:
-            sv[p], si[p] = cv[q], ci[q]
-    for q in range(n + tid, k, threads):  # fewer than k entries: padding
-        sv[q], si[q] = -math.inf, EMPTY
 
 
 @functools.cache
@@ -224,7 +192,16 @@ def radix_select(acc, per_thread, strided=False):
                 q = cuda.atomic.add(ctrl, 3, 1)
                 cv[q], ci[q] = uc, jc
         cuda.syncthreads()  # every chosen entry is in shared memory before any is ranked
-        sort_by_rank(cv, ci, ctrl[3], k, sv, si, tid, threads)  # its place: a count
+        n = ctrl[3]
+        for q in range(tid, k, threads):  # its place: how many chosen entries precede it
+            if q < n:
+                cu, cj, p = cv[q], ci[q], 0
+                for f in range(n):
+                    if precedes_device(cv[f], ci[f], cu, cj):
+                        p += 1
+                sv[p], si[p] = cu, cj
+            else:
+                sv[q], si[q] = -math.inf, EMPTY
         cuda.syncthreads()  # the list is whole before any thread reads it
 
     return select
