@@ -351,20 +351,50 @@ def test_auto_chooses_by_row_bytes():
     assert entry == {"fused": 32768, "onchip": 65536, "cluster": 262144}
 
 
+@pytest.mark.parametrize("tail", [3, 8])
 @pytest.mark.parametrize("mode", list(REFS))
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cluster_pieces_in_registers(dtype, mode):
-    """The cluster's other form: each block holds its piece in registers (two values a
-    thread here), two rows over three blocks, the last piece ragged."""
+def test_cluster_pieces_in_registers(dtype, mode, tail):
+    """The cluster's other form: each block holds its piece in registers (two vectors a
+    thread here), two rows over three blocks, the last piece ragged — by 3 values (one
+    value a vector, W = 1), or by a vector (16-byte vectors: float16 and bfloat16 held
+    two to a register, :mod:`numba_softmax.kernels.pairs`, the row's end padded by −inf)."""
     w = width(dtype)
-    values = np.random.default_rng().standard_normal((2, 4 * T * w + 3)) * 3
+    values = np.random.default_rng().standard_normal((2, 4 * T * w + tail)) * 3
     values[0, [0, T - 1, T * w]] = -np.inf
     x, exact = stored(values, dtype)
     xd = cuda.to_device(x)
     config = dict(threads=T, size=3, vpt=2 * w, registers=True)
     plan = cluster.configure(xd, xd, MODES[mode], **config)
     assert mode == "logsumexp" or plan.shared == 0  # registers (logsumexp streams its piece)
+    assert plan.pairs == (tail == 8 and w == 8 and mode != "logsumexp")
     check(run("cluster", mode, x, dtype, **config), exact, mode, dtype)
+
+
+@pytest.mark.parametrize("mode", list(REFS))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("threads, n", [(32, 8 * 32 * 3 - 8), (64, 8 * 64 * 2 - 16)])
+def test_fused_holds_16_bit_rows_in_pairs(dtype, mode, threads, n):
+    """float16 / bfloat16 rows of 16-byte vectors: the fused kernel holds them two to a
+    register (its arrays passed as uint16 bits); the team's last vectors lie past the row
+    (padded by −inf: they weigh nothing); a row of −inf gives the reference's NaN (−inf
+    for logsumexp); the same rows held one value a register (``pack=False``) give the
+    same bits."""
+    from numba_softmax.kernels import fused
+
+    values = np.random.default_rng().standard_normal((3, n)) * 4
+    values[1, :] = -np.inf  # every value −inf
+    values[2, ::7] = -np.inf
+    x, exact = stored(values, dtype)
+    xd = cuda.to_device(x)
+    y = cuda.device_array((3, 1 if mode == "logsumexp" else n), xd.dtype)
+    plan = fused.configure(xd, y, MODES[mode], threads=threads)
+    assert plan.team == threads and plan.args[0].dtype == np.uint16  # held as bits
+    got = run("fused", mode, x, dtype, threads=threads)
+    with np.errstate(invalid="ignore"):
+        check(got, exact, mode, dtype)  # (the reference's row of −inf: NaN, or −inf)
+    unpacked = run("fused", mode, x, dtype, threads=threads, pack=False)
+    np.testing.assert_array_equal(got, unpacked)
 
 
 def test_register_cut():

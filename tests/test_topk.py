@@ -199,8 +199,10 @@ def test_choose_takes_the_radix_split_for_few_long_rows():
                              shared_per_sm=228 * 1024, l2_bytes=50 << 20)
     for k in (8, 50, 128):
         p = K.choose(1, 128256, k, np.dtype(np.float32), 4, limits, True)
-        assert p.radix and p.splits > 1 and p.splits * k <= 1024 * K.RADIX_MERGE_PER_THREAD
-        assert p.fused == (k < 128)  # 63 pieces · 128 > 16 a thread of the last piece's 256
+        assert p == K.Plan(False, K.WAVE_THREADS, 4, 63, True)  # a multiprocessor a piece
+        assert p.splits * k <= 1024 * K.RADIX_MERGE_PER_THREAD
+    assert K.choose(4, 128256, 50, np.dtype(np.float32), 4, limits, True) == \
+        K.Plan(False, 512, 8, 32, True)  # 4 · 63 pieces of 2048 would be past the SMs
     assert not K.choose(1, 128256, 50, np.dtype(np.float32), 4, limits).radix  # the sampler's
     for k in (8, 50):  # half a row per multiprocessor: the lists, each row in 2 pieces of 512 …
         assert K.choose(64, 128256, k, np.dtype(np.float32), 4, limits, True) == K.Plan(False, 512, 16, 2)

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 from numba import cuda
 
-from . import jit, launcher, vector
+from . import jit, launcher, pairs, vector
 from .epilogue import base, element
 from .ptx import nan_max
 
@@ -97,6 +97,50 @@ def ops(dtype, vpt, width):
             v[i] *= f
 
     return Ops(load, state, normalise, store, exps, rescale)
+
+
+class Held(NamedTuple):
+    slot: object  # numba type of the register array h (uint32 words: two 16-bit values)
+    slots: int  # its length for VPT values
+    load: object  # load(x, row, base, stop, t, h): the chunk as stored, −inf past stop
+    state: object  # state(h) -> (max, Σ exp(v − max))
+    write: object  # write(h, y, row, base, stop, t, m, c, mode): the outputs, stored
+
+
+@functools.cache
+def held(dtype, vpt, width, team, pack=True):
+    """:func:`ops` for a chunk held *as stored* (:mod:`.pairs`): float16 and bfloat16 two to
+    a 32-bit register where the row takes 16-byte vectors, so that a thread holds as many
+    bytes of a 16-bit row as of a float32 one in the same registers; other types one value
+    a slot, as :func:`ops` holds them.  Each value is converted where it is used: once
+    for the max, once for the sum, once for the output — two ``exp`` a value (``ops``'s
+    ``exps`` would keep float32 exps: the registers this saves)."""
+    acc = jit.accumulator(dtype)
+    slot, slots, hold, get, put, give, renew = pairs.holder(dtype, vpt, width, team, pack,
+                                                            -math.inf)
+
+    @jit.device
+    def state(h):
+        m = acc(-math.inf)
+        for i in range(vpt):
+            m = nan_max(m, get(h, i))
+        renew(h)  # unpack afresh for the sum (pairs.py: else every value stays unpacked)
+        b = base(m, acc(0.0))
+        s = acc(0.0)
+        for i in range(vpt):
+            s += math.exp(get(h, i) - b)
+        return m, s
+
+    @jit.device
+    def write(h, y, row, base_, stop, t, m, c, mode):
+        renew(h)  # (the team's reduction lay between: unpack afresh)
+        out = cuda.local.array(slots, slot)
+        b = base(m, acc(0.0))
+        for i in range(vpt):  # (a word of h dies as its second value is read)
+            put(out, i, element(get(h, i), b, c, mode))
+        give(out, y, row, base_, stop, t)
+
+    return Held(slot, slots, hold, state, write)
 
 
 @jit.device

@@ -23,12 +23,11 @@ Rows longer than T·VPT do not fit in registers: use ``onchip`` (shared memory t
 """
 
 import functools
-import math
 
 import numpy as np
 from numba import cuda
 
-from . import chunk, jit, launcher, vector
+from . import chunk, jit, launcher, pairs, vector
 from .epilogue import LOGSUMEXP, row_constant
 from .reduce import team_combine_traced
 
@@ -39,11 +38,15 @@ TRACE_LEVELS = 11  # the tree's levels in a trace: own state, 5 warp steps, 5 bl
 
 
 @functools.cache
-def kernel(dtype, vpt, mode, width, team, trace=False):
+def kernel(dtype, vpt, mode, width, team, trace=False, pack=True):
     """The fused kernel (x, y); with ``trace`` its traced twin (x, y, tr): the same source,
-    also writing every level of the block's tree to tr (TRACE_LEVELS, threads, 2)."""
+    also writing every level of the block's tree to tr (TRACE_LEVELS, threads, 2).
+    ``pack``: float16 / bfloat16 rows held two values a register (:func:`.chunk.held`;
+    the arrays are then passed as their uint16 bits, :func:`configure`)."""
     acc = jit.accumulator(dtype)
-    io = chunk.ops(dtype, vpt, width)
+    hd = chunk.held(dtype, vpt, width, team, pack)
+    slots, slot = hd.slots, hd.slot  # (compile-time constants for the register array)
+    bounds = launch_bounds(team) if pack and pairs.packed(dtype, width) else None
     store = jit.storer(dtype)
 
     @jit.device
@@ -54,18 +57,17 @@ def kernel(dtype, vpt, mode, width, team, trace=False):
         row, t, n = chunk.team_row(x, team)
         m_slots = cuda.shared.array(64, acc)
         l_slots = cuda.shared.array(64, acc)
-        v = cuda.local.array(vpt, acc)  # this thread's values, in registers (unrolled)
+        h = cuda.local.array(slots, slot)  # this thread's values as stored, in registers
 
-        io.load(x, row, 0, n, t, team, v, acc(-math.inf))  # 1. load: the row is one chunk
-        m, l = io.state(v)  # 2. this thread's state: its max, then Σ exp(v − max)
+        hd.load(x, row, 0, n, t, h)  # 1. load: the row is one chunk
+        m, l = hd.state(h)  # 2. this thread's state: its max, then Σ exp(v − max)
         m, l = team_combine_traced(m, l, m_slots, l_slots, team, tr)  # 3. the row's state
         c = row_constant(m, l, acc(1.0), mode)
         if mode == LOGSUMEXP:
             if t == 0 and row < x.shape[0]:
                 y[row, 0] = store(c)
             return
-        io.normalise(v, m, c, mode)  # 4. normalise in registers, then write W at a time
-        io.store(y, row, 0, n, t, team, v)
+        hd.write(h, y, row, 0, n, t, m, c, mode)  # 4. exp(v − m)/ℓ from registers, written once
 
     if trace:
         @jit.kernel
@@ -74,24 +76,37 @@ def kernel(dtype, vpt, mode, width, team, trace=False):
 
         return fused_traced
 
-    @jit.kernel
+    @jit.kernel(launch_bounds=bounds)
     def fused(x, y):
         fused_rows(x, y, None)  # None: the trace writes are compiled away
 
     return fused
 
 
-def configure(x, y, mode, threads=None, vpt=None, rows_per_block=None, max_threads=None):
+def launch_bounds(team):
+    """(threads, blocks a multiprocessor) for a kernel holding its values in pairs: 64
+    registers a thread (1024 threads a multiprocessor).  Left alone, ptxas gave a float16
+    row held in pairs 80 registers at 512 × 32 (one block a multiprocessor: 56 % of copy
+    at 2048 × 16384, H200); held to 64, 83 % (one value a register, 63: 71 %); held to 40
+    (three blocks), it spilled: 42 %."""
+    return (team, max(1, min(32, 1024 // team)))
+
+
+def configure(x, y, mode, threads=None, vpt=None, rows_per_block=None, max_threads=None,
+              pack=None):
     """The launch: ``threads`` per row (a team; default: the smallest that holds the row
     at :func:`max_vpt` values a thread — a warp up to 1024 float32 values), the fewest
     values per thread that hold the row, ``rows_per_block`` teams per block (default: one,
     so a block is one team).  The team never exceeds the compiled kernel's own limit
     (:func:`.launcher.max_threads`), capped by ``max_threads``; a row that does not fit
-    raises ``ValueError``.  (H200, 16384 × 1024: a warp a row in blocks of one warp ran
-    98.2 % of copy in float32 and 90.1 % in float16, against 97.0 / 88.2 % in blocks of
-    four; float16 8192 × 2048: 64 threads × 32 values 83.3 %, 128 × 16 81.0 %.)"""
+    raises ``ValueError``.  ``pack`` (default: where :func:`.pairs.packed`): float16 /
+    bfloat16 held two to a register, twice the values a thread.  (H200, 16384 × 1024: a
+    warp a row in blocks of one warp ran 98.2 % of copy in float32 and 90.1 % in float16,
+    against 97.0 / 88.2 % in blocks of four; float16 8192 × 2048: 64 threads × 32 values
+    83.3 %, 128 × 16 81.0 %.)"""
     rows, n = x.shape
     width = vector.vector_width(x) if mode == LOGSUMEXP else vector.vector_width(x, y)
+    pack = pairs.packed(x.dtype, width) and pack is not False
     cap = chunk.pow2_floor(max_threads or 1024)
     team = threads or 32
     while not threads and team < 1024 and team * max_vpt(team, x.dtype) < n:
@@ -105,27 +120,31 @@ def configure(x, y, mode, threads=None, vpt=None, rows_per_block=None, max_threa
                 f"{team * fit} values, got a row of {n}; use method='onchip', 'group', "
                 f"'online' or 'split'"
             )
-        k = kernel(x.dtype, fit, mode, width, team)
-        limit = chunk.pow2_floor(min(cap, launcher.max_threads(k, (x, y))))
+        k = kernel(x.dtype, fit, mode, width, team, pack=pack)
+        args = (x, y) if not pack else pairs.bits(x, y) if mode != LOGSUMEXP else (pairs.bits(x)[0], y)
+        limit = chunk.pow2_floor(min(cap, launcher.max_threads(k, args)))
         if team <= limit:
             break
         team = limit  # the kernel's registers allow fewer threads: more values each
     per_block = rows_per_block or 1
     block = team * min(per_block, max(1, limit // team))
-    k = kernel(x.dtype, fit, mode, width, team)
-    return chunk.TeamPlan(k, -(-rows // (block // team)), block, team, (x, y))
+    k = kernel(x.dtype, fit, mode, width, team, pack=pack)
+    return chunk.TeamPlan(k, -(-rows // (block // team)), block, team, args)
 
 
-def launch(x, y, mode, threads=None, vpt=None, stream=0, rows_per_block=None, max_threads=None):
+def launch(x, y, mode, threads=None, vpt=None, stream=0, rows_per_block=None, max_threads=None,
+           pack=None):
     """Run on (rows, n) device arrays; ``y`` is (rows, n), or (rows, 1) for logsumexp
     (arguments as :func:`configure`)."""
-    chunk.run(configure(x, y, mode, threads, vpt, rows_per_block, max_threads), stream)
+    chunk.run(configure(x, y, mode, threads, vpt, rows_per_block, max_threads, pack), stream)
 
 
 def max_vpt(threads, dtype=np.float32):
     """Values one thread may hold: ``MAX_VPT`` (half as many float64), or half of that in
     a team of more than 512 threads, where the register file (64K per multiprocessor)
-    leaves each thread 64 registers."""
+    leaves each thread 64 registers.  (16-bit values held in pairs take half the
+    registers, but 64 a thread measured slower: H200, float16 2048 × 16384, 256 × 64 in
+    pairs 25 % of copy against 83 % for 512 × 32.)"""
     most = MAX_VPT * 32 // jit.accumulator(dtype).bitwidth
     return most if threads <= 512 else most // 2
 

@@ -13,7 +13,7 @@ the same 32 registers hold 32 values of each tensor: the same bytes as float32.
 functions, for either layout::
 
     load(a, row, base, stop, t, h)   thread t's VPT values of a[row, base:] (W at a time,
-                                     coalesced, 0 past ``stop``) into h
+                                     coalesced, ``pad`` past ``stop``) into h
     get(h, i) -> value               value i in the accumulator type (float32)
     put(h, i, value)                 value i, rounded to storage (i = 0, 1, 2, … in order:
                                      an even i starts a word, the odd one completes it)
@@ -60,14 +60,29 @@ def packed(dtype, width):
     return np.dtype(dtype).itemsize == 2 and width == WIDTH
 
 
+def bits(*arrays):
+    """The arrays as a kernel holding pairs takes them: float16 viewed as its uint16 bits
+    (bfloat16 already is); others as they are."""
+    return tuple(a.view(np.uint16) if a.dtype == np.float16 else a for a in arrays)
+
+
+def pad_bits(dtype, pad):
+    """The stored form of ``pad`` for a 16-bit ``dtype`` (float16 or bfloat16): its bits."""
+    if jit.storage(dtype) == jit.BFLOAT16:
+        return int(np.array([pad], np.float32).view(np.uint32)[0] >> 16)  # (±inf, 0: exact)
+    return int(np.array([pad], np.float16).view(np.uint16)[0])
+
+
 @functools.cache
-def holder(dtype, vpt, width, row_threads, pack=True):
+def holder(dtype, vpt, width, row_threads, pack=True, pad=0.0):
     """The :class:`Holder` for VPT values of ``dtype`` a thread, ``row_threads`` threads a
     row (their vectors interleaved: thread t's i-th at base + (t + i·row_threads)·W);
-    ``pack`` False holds one value a slot even where pairs are possible."""
+    ``pack`` False holds one value a slot even where pairs are possible; ``pad``: the
+    value held past the row's end (0 for a sum, −inf for a max and a sum of exps)."""
     if not (pack and packed(dtype, width)):
-        return _singles(dtype, vpt, width, row_threads)
+        return _singles(dtype, vpt, width, row_threads, pad)
     to_acc, to_bits = jit.bits_loader(dtype), jit.bits_storer(dtype)
+    fill = U32(pad_bits(dtype, pad))
     load_words, store_words = vector.words()
     step = row_threads * WIDTH
 
@@ -77,10 +92,10 @@ def holder(dtype, vpt, width, row_threads, pack=True):
             j = base + t * WIDTH + i * step
             if j + WIDTH <= stop:
                 load_words(a, row, j, h, i * 4)
-            else:  # the row's ragged end: value by value, 0 past it
+            else:  # the row's ragged end: value by value, the pad past it
                 for k in range(4):
-                    lo = U32(a[row, j + 2 * k]) if j + 2 * k < stop else U32(0)
-                    hi = U32(a[row, j + 2 * k + 1]) if j + 2 * k + 1 < stop else U32(0)
+                    lo = U32(a[row, j + 2 * k]) if j + 2 * k < stop else fill
+                    hi = U32(a[row, j + 2 * k + 1]) if j + 2 * k + 1 < stop else fill
                     h[i * 4 + k] = lo | hi << U32(16)
 
     @jit.device
@@ -118,16 +133,17 @@ def holder(dtype, vpt, width, row_threads, pack=True):
     return Holder(U32, vpt // 2, load, get, put, store, renew)
 
 
-def _singles(dtype, vpt, width, row_threads):
+def _singles(dtype, vpt, width, row_threads, pad):
     """One value a slot, in the storage type (uint16 bits for bfloat16)."""
     raw_t = numba.from_dtype(np.dtype(dtype))
     load_row, store_row = vector.raw_row_io(width)
     to_acc, to_raw = jit.loader(dtype), jit.storer(dtype)
+    fill = pad_bits(dtype, pad) if jit.storage(dtype) == jit.BFLOAT16 else pad
 
     @jit.device
     def load(a, row, base, stop, t, h):
         for i in range(vpt // width):  # all vector loads issued before any value is used
-            load_row(a, row, base + (t + i * row_threads) * width, stop, h, i * width, raw_t(0))
+            load_row(a, row, base + (t + i * row_threads) * width, stop, h, i * width, raw_t(fill))
 
     @jit.device
     def get(h, i):

@@ -84,7 +84,6 @@ def launch(mode, dy, y, dx, stream=0, plan_=None):
         return
     width = vector.vector_width(dy, y, dx)
     dtype = y.dtype
-    bits = pairs.packed(dtype, width) and dtype == np.float16  # a cluster holds them as bits
     limits = launcher.device_limits()
     max_threads = limits.max_threads
     while True:
@@ -92,8 +91,8 @@ def launch(mode, dy, y, dx, stream=0, plan_=None):
                           tuple(limits.cc) >= (9, 0))
         ks = kernels_for(p, dtype, mode, width)
         arrays = (dy, y, dx)
-        if bits and p.form in ("block", "cluster"):  # (held in pairs: :mod:`.pairs`)
-            arrays = tuple(a.view(np.uint16) for a in arrays)
+        if pairs.packed(dtype, width) and p.form in ("block", "cluster"):  # (held in pairs)
+            arrays = pairs.bits(*arrays)
         args, ws = [arrays], None
         if p.form == "split":
             chunk = p.threads * max(CHUNK_VPT, width)

@@ -50,7 +50,9 @@ RADIX_MERGE_THREADS = 1024  # the radix merge's block: its S·k entries in regis
 RADIX_MERGE_PER_THREAD = 8  # … at most this many a thread (choose keeps S·k below)
 RADIX_BLOCKS = 2  # radix pieces per multiprocessor at once (~90 registers a thread) …
 RADIX_WAVES = 2  # … and at most two such waves (H200, B 16 × 128256, k 50: 47.5 µs, the lists 61)
-FUSED_MERGE_PER_THREAD = 16  # the last piece merges its row if S·k fit 16 a thread of it
+WAVE_THREADS = 512  # a radix split whose pieces fit one wave: blocks of 512 threads
+# holding 4 (else 8, 16) values a thread (H200, B 1 × 128256, k 50: 23.0 µs against 24.0
+# for 256 × 8; B 4: 512 × 8 24.1 against 26.5)
 LISTS_SPLIT_THREADS = 512  # the pieces' block where rows are a quarter to one per SM
 
 
@@ -81,9 +83,12 @@ def choose(rows, n, k, dtype, width, limits, radix=False):
     of 256 threads, 512 for a handful of rows: shorter per-warp insertion chains), enough
     for ~16 warps per multiprocessor, as many as the merge's shared memory holds.
     With ``radix`` (plain top-k; the sampler's perturbed pass keeps the lists) the split
-    selects by radix instead: pieces of 256 threads × 8 values held in registers (16
-    where more pieces would not run in two waves, or the merge's S·k entries would not
-    fit its registers); where neither fits, the lists.  With ``radix`` and between a
+    selects by radix instead: pieces of 512 threads × 4 values held in registers (8, 16)
+    where every piece gets a multiprocessor of its own; else of 256 threads × 8 values (16
+    where more pieces would not run in two waves); the merge's S·k entries must fit its
+    registers; where nothing fits, the lists.  (``Plan.fused``, the merge in the same
+    launch, is never chosen: H200, B 1 × 128256, k 50, 512 × 4: 23.8 µs fused against 23.0
+    in two kernels; k 8 17.9 against 18.2; B 1 × 32000, k 50: 21.2 against 20.1.)  With ``radix`` and between a
     quarter of and as many rows as multiprocessors: the lists, each row in about
     SMs/rows pieces of :data:`LISTS_SPLIT_THREADS`, each piece at least 4 chunks of its
     block (H200, B 64: 2 pieces of 512 at V 128256–262144, 5–13 % ahead of a block a row;
@@ -102,13 +107,17 @@ def choose(rows, n, k, dtype, width, limits, radix=False):
         warps = max(2, min(8, _pow2_at_least(-(-12 * sms // rows))))
         return Plan(False, min(WARP * warps, max_threads), vpt)
     if radix:
-        threads = min(256, max_threads)
         cap = min(RADIX_MERGE_THREADS, limits.max_threads) * RADIX_MERGE_PER_THREAD
+        threads = min(WAVE_THREADS, max_threads)
+        for per in (4, 8, 16):  # every piece a multiprocessor of its own
+            splits = -(-n // (threads * per))
+            if rows * splits <= sms and splits * k <= cap:
+                return Plan(False, threads, per, splits, True)
+        threads = min(256, max_threads)
         for per in (8, 16):  # (32 a thread would take ~210 registers)
             splits = -(-n // (threads * per))
             if rows * splits <= RADIX_WAVES * RADIX_BLOCKS * sms and splits * k <= cap:
-                fused = rows * splits <= sms and splits * k <= threads * FUSED_MERGE_PER_THREAD
-                return Plan(False, threads, per, splits, True, fused=fused)
+                return Plan(False, threads, per, splits, True)
     threads = min(512 if 4 * rows < sms else 256, max_threads)
     splits = min(max_splits(dtype, k), -(-16 * sms * WARP // (rows * threads)), -(-n // (threads * width)))
     return Plan(False, threads, vpt, max(splits, 1))

@@ -36,6 +36,8 @@ CASES = [((16384, 1024), "float32", "fused"), ((16384, 1024), "float16", "fused"
          ((2048, 16384), "float16", "auto"), ((1024, 65536), "float32", "cluster"),
          ((1024, 65536), "float16", "cluster"), ((1024, 65536), "bfloat16", "cluster"),
          ((256, 262144), "float32", "cluster"), ((256, 262144), "float16", "cluster"),
+         ((4096, 8192), "float16", "fused"), ((4096, 8192), "bfloat16", "fused"),
+         ((2048, 16384), "bfloat16", "auto"), ((256, 262144), "bfloat16", "cluster"),
          ((16384, 1024), "float32", "online"), ((1024, 65536), "float32", "group")]
 
 
