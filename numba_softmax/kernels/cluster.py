@@ -43,7 +43,7 @@ from numba import cuda
 
 from .. import _sim
 from ..combine import combine_device
-from . import chunk, dsmem, jit, launcher, onchip, pairs, vector
+from . import chunk, dsmem, jit, launcher, onchip, vector
 from .epilogue import LOGSUMEXP, SOFTMAX, row_constant
 from .online import VECTORS, stream_state
 from .reduce import team_combine
@@ -66,9 +66,6 @@ def kernel(dtype, vpt, mode, width, threads, size, in_registers=False):
     store = jit.storer(dtype)
     raw = vector.storage_type(dtype)
     regs = in_registers and mode != LOGSUMEXP  # the piece in registers, not shared memory
-    pairs_ = regs and pairs.packed(dtype, width)  # … 16-bit values two to a register
-    hd = chunk.held(dtype, vpt, width, threads)
-    slots, slot = hd.slots, hd.slot
 
     # registers for full multiprocessors (32 a thread), where ptxas needs no more; a piece
     # held in registers gets 64 (1024 threads a multiprocessor)
@@ -82,7 +79,6 @@ def kernel(dtype, vpt, mode, width, threads, size, in_registers=False):
         n = x.shape[1]
         held = cuda.shared.array(0, raw)  # this block's piece of the row, on chip
         v = cuda.local.array(vpt, acc)  # … or in registers: T·VPT values (unrolled)
-        h = cuda.local.array(slots, slot)  # … or as stored, in pairs (float16, bfloat16)
         m_slots = cuda.shared.array(64, acc)
         l_slots = cuda.shared.array(64, acc)
         m_posted = cuda.shared.array(MAX_SIZE, acc)  # slot r: block r's (m_r, ℓ_r)
@@ -92,9 +88,6 @@ def kernel(dtype, vpt, mode, width, threads, size, in_registers=False):
         # 1. read: park the piece and fold it
         if mode == LOGSUMEXP:
             m, l = fold(x, row, h0, h1, t, T)  # nothing to keep for one number
-        elif pairs_:
-            hd.load(x, row, h0, h1, t, h)  # the piece is one chunk
-            m, l = hd.state(h)
         elif regs:
             io.load(x, row, h0, h1, t, T, v, acc(-math.inf))  # the piece is one chunk
             m, l = io.exps(v) if mode == SOFTMAX else io.state(v)  # (exps kept: :mod:`.chunk`)
@@ -118,8 +111,6 @@ def kernel(dtype, vpt, mode, width, threads, size, in_registers=False):
         if mode == LOGSUMEXP:
             if b == 0 and t == 0:
                 y[row, 0] = store(c)
-        elif pairs_:
-            hd.write(h, y, row, h0, h1, t, m, c, mode)
         elif regs:
             if mode == SOFTMAX:
                 io.rescale(v, m_own, m, c)
@@ -142,7 +133,6 @@ class Plan(NamedTuple):
     piece: int
     stride: int
     shared: int
-    pairs: bool = False  # the piece in registers in pairs: x and y passed as their bits
 
 
 def supported(limits):
@@ -212,11 +202,9 @@ def configure(x, y, mode, threads=None, vpt=None, shared=None, size=None, regist
         if fit is None:
             break
         k = kernel(x.dtype, fit[2], mode, width, fit[1], fit[0], True)
-        held = pairs.packed(x.dtype, width)
-        args = pairs.bits(x, y) if held else (x, y)
-        limit = launcher.max_threads(k, args + (1, 1))  # (its launch bounds ask for fit[1])
+        limit = launcher.max_threads(k, (x, y, 1, 1))  # (its launch bounds ask for fit[1])
         if fit[1] <= limit:
-            return Plan(k, fit[0], fit[1], fit[1] * fit[2], 0, 0, held)
+            return Plan(k, fit[0], fit[1], fit[1] * fit[2], 0, 0)
         room = chunk.pow2_floor(limit)  # fewer threads, if that still holds the row
     if registers and mode != LOGSUMEXP:  # (logsumexp holds nothing: it streams its piece)
         raise ValueError(f"a row of {n} values does not fit the registers of {MAX_SIZE} "
@@ -240,7 +228,5 @@ def configure(x, y, mode, threads=None, vpt=None, shared=None, size=None, regist
 def launch(x, y, mode, threads=None, vpt=None, shared=None, size=None, registers=None, stream=0):
     """Run on (rows, n) device arrays; ``y`` is (rows, n), or (rows, 1) for logsumexp."""
     plan = configure(x, y, mode, threads, vpt, shared, size, registers)
-    if plan.pairs:
-        x, y = pairs.bits(x, y)
     launcher.launch(plan.kernel, x.shape[0] * plan.size, plan.threads, stream,
                     (x, y, plan.piece, plan.stride), shared=plan.shared, cluster=plan.size)
