@@ -46,8 +46,11 @@ from .topk_select import MAX_K  # 128: a warp's list holds ⌈k/32⌉ ≤ 4 entr
 from .topk_state import WARP
 
 MERGE_THREADS = 512  # the split path's merge block (at most)
-RADIX_MERGE_THREADS = 1024  # the radix merge's block: its S·k entries in registers
-RADIX_MERGE_PER_THREAD = 8  # … at most this many a thread (choose keeps S·k below)
+RADIX_MERGE_THREADS = 512  # the radix merge's block: its S·k entries in registers …
+RADIX_MERGE_PER_THREAD = 16  # … at most this many a thread (choose keeps S·k below)
+# (H200, B 1 × 128256 in 63 pieces: k 50 22.4 µs against 22.8 with 1024 threads, k 128
+# 34.6 against 35.0; B 1 × 262144, k 50: 25.7 against 26.7; 256 threads were slower at
+# k ≥ 50, 128 threads at every k)
 RADIX_BLOCKS = 2  # radix pieces per multiprocessor at once (~90 registers a thread) …
 RADIX_WAVES = 2  # … and at most two such waves (H200, B 16 × 128256, k 50: 47.5 µs, the lists 61)
 WAVE_THREADS = 512  # a radix split whose pieces fit one wave: blocks of 512 threads

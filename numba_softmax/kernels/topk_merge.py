@@ -127,7 +127,7 @@ def merge_kernel(dtype, per_thread, threads, log, cap=CAP, most_heads=HEADS):
     merge_row = row_merger(dtype, per_thread, threads, log, cap, most_heads)
     memory = select_memory(accumulator(dtype))
 
-    @jit.kernel(launch_bounds=threads)  # ≤ 64 registers a thread: 1024 threads fit
+    @jit.kernel(launch_bounds=threads)  # (registers for the block: ≤ 128 a thread at 512)
     def bound_merge(ws_v, ws_i, ws_m, ws_l, k, n, idx_bytes, values, indices):
         merge_row(ws_v, ws_i, ws_m, ws_l, cuda.blockIdx.x, k, n, idx_bytes, values, indices,
                   memory())
