@@ -127,19 +127,30 @@ def _softmax():
     def rows(d, layout=C):
         return layout(ST[d], 2), layout(ST[d], 2)
 
+    def bits(d):  # float16 / bfloat16 rows held in pairs: the kernel takes their uint16 bits
+        return C(uint16, 2), C(uint16, 2)
+
     # fused (v2): team·vpt hold the row; configure: the smallest team at max_vpt (32 a
-    # thread up to 512 threads, 16 beyond; float64 half), the fewest values that hold it
+    # thread up to 512 threads, 16 beyond; float64 half), the fewest values that hold it;
+    # 16-bit rows of 16-byte vectors held two to a register (pairs), as uint16 bits
     F = "kernels.fused:kernel"
     for d in ("f32", "f16", "bf16"):
         out.append(Entry("fused", f"{d} 16384x1024 team32 vpt32", F,
-                         (NP[d], 32, SOFTMAX, W16[d], 32), rows(d), block=32))
+                         (NP[d], 32, SOFTMAX, W16[d], 32), bits(d) if d in HALF else rows(d),
+                         block=32))
     out += [
         Entry("fused", "f32 4096x8192 team256 vpt32", F, (NP["f32"], 32, SOFTMAX, 4, 256),
               rows("f32"), block=256),
-        Entry("fused", "f16 2048x16384 team512 vpt32", F, (NP["f16"], 32, SOFTMAX, 8, 512),
-              rows("f16"), block=512),
-        Entry("fused", "bf16 2048x16384 team512 vpt32", F, (NP["bf16"], 32, SOFTMAX, 8, 512),
-              rows("bf16"), block=512),
+        Entry("fused", "f16 4096x8192 team256 vpt32 pairs", F, (NP["f16"], 32, SOFTMAX, 8, 256),
+              bits("f16"), block=256),
+        Entry("fused", "f16 2048x16384 team512 vpt32 pairs", F, (NP["f16"], 32, SOFTMAX, 8, 512),
+              bits("f16"), block=512),
+        Entry("fused", "bf16 2048x16384 team512 vpt32 pairs", F, (NP["bf16"], 32, SOFTMAX, 8, 512),
+              bits("bf16"), block=512),
+        Entry("fused", "f16 2048x16384 team512 vpt32 one a register", F,
+              (NP["f16"], 32, SOFTMAX, 8, 512, False, False), rows("f16"), block=512),
+        Entry("fused", "f16 x1000 team32 vpt32 W1 logsumexp", F,
+              (NP["f16"], 32, LOGSUMEXP, 1, 32), rows("f16"), block=32),
         Entry("fused", "f32 team1024 vpt16", F, (NP["f32"], 16, SOFTMAX, 4, 1024), rows("f32"),
               block=1024),
         Entry("fused", "f64 x1024 team64 vpt16", F, (NP["f64"], 16, SOFTMAX, 2, 64), rows("f64"),
@@ -224,22 +235,25 @@ def _topk():
     outs = lambda d: (C(ST[d], 2), C(int64, 2))  # noqa: E731
     SEL, MER = "kernels.topk_select:piece_kernel", "kernels.topk_merge:merge_kernel"
     ROWM = "kernels.topk_merge:row_merger"
-    # B = 1: 63 pieces of 256 × 8, the last piece of the row merges it (Plan.fused)
+    # Plan.fused (a plan's only): 63 pieces of 512 × 4, the last piece of the row merges it
     for d, log in (("f32", False), ("f16", False), ("bf16", False), ("f64", False), ("f32", True)):
-        then = Ref(ROWM, (NP[d], 16, 256, log))
-        out.append(Entry("topk radix fused", f"{d} B1 63x256x8 merge 16/thread{' log' if log else ''}",
-                         SEL, (NP[d], 256, 8, W16[d], then),
-                         head(d) + ws(d) + (C(int32, 1), int64) + outs(d), block=256))
+        then = Ref(ROWM, (NP[d], 8, 512, log))
+        out.append(Entry("topk radix fused", f"{d} B1 63x512x4 merge 8/thread{' log' if log else ''}",
+                         SEL, (NP[d], 512, 4, W16[d], then),
+                         head(d) + ws(d) + (C(int32, 1), int64) + outs(d), block=512))
     out.append(Entry("topk radix fused", "f32 B1 strided x (A)", SEL,
-                     (NP["f32"], 256, 8, 4, Ref(ROWM, (NP["f32"], 16, 256, False))),
-                     head("f32", A) + ws("f32") + (C(int32, 1), int64) + outs("f32"), block=256))
-    # B = 4 (63 pieces of 256 × 8) and 16 (32 of 256 × 16): kernel 1, then the bound merge
-    for d, per in (("f32", 8), ("f32", 16), ("f16", 8), ("bf16", 8)):
-        out.append(Entry("topk radix piece", f"{d} 256x{per}", SEL, (NP[d], 256, per, W16[d]),
-                         head(d) + ws(d), block=256))
-    for d, per, log in (("f32", 4, False), ("f32", 2, False), ("f16", 4, False), ("f32", 4, True)):
-        out.append(Entry("topk merge", f"{d} 1024x{per}{' log' if log else ''}", MER,
-                         (NP[d], per, 1024, log), ws(d) + (int64, int64, int64) + outs(d), block=1024))
+                     (NP["f32"], 512, 4, 4, Ref(ROWM, (NP["f32"], 8, 512, False))),
+                     head("f32", A) + ws("f32") + (C(int32, 1), int64) + outs("f32"), block=512))
+    # kernel 1: B 1 (63 pieces of 512 × 4), B 4 (32 of 512 × 8), B 16 (32 of 256 × 16)
+    for d, t, per in (("f32", 512, 4), ("f32", 512, 8), ("f32", 256, 16), ("f16", 512, 4),
+                      ("bf16", 512, 4), ("f64", 512, 4)):
+        out.append(Entry("topk radix piece", f"{d} {t}x{per}", SEL, (NP[d], t, per, W16[d]),
+                         head(d) + ws(d), block=t))
+    # kernel 2, the bound merge: 512 threads, ⌈S·k/512⌉ a thread (k 50: 8; k 128: 16)
+    for d, per, log in (("f32", 8, False), ("f32", 16, False), ("f16", 8, False), ("f32", 8, True),
+                        ("f64", 8, False)):
+        out.append(Entry("topk merge", f"{d} 512x{per}{' log' if log else ''}", MER,
+                         (NP[d], per, 512, log), ws(d) + (int64, int64, int64) + outs(d), block=512))
     # the threshold filter (only a plan's: Plan(filter=True))
     for d, t in (("f32", 512), ("f16", 256)):
         out.append(Entry("topk filter", f"{d} {t}x8", "kernels.topk_filter:filter_kernel",
