@@ -99,8 +99,9 @@ def configure(x, y, mode, threads=None, vpt=None, rows_per_block=None, max_threa
     values per thread that hold the row, ``rows_per_block`` teams per block (default: one,
     so a block is one team).  The team never exceeds the compiled kernel's own limit
     (:func:`.launcher.max_threads`), capped by ``max_threads``; a row that does not fit
-    raises ``ValueError``.  ``pack`` (default: where :func:`.pairs.packed`): float16 /
-    bfloat16 held two to a register, twice the values a thread.  (H200, 16384 × 1024: a
+    raises ``ValueError``.  ``pack`` (default: where :func:`.pairs.packed`; False: never):
+    float16 / bfloat16 held two to a register, the same values a thread in half the
+    registers (:func:`launch_bounds`).  (H200, 16384 × 1024: a
     warp a row in blocks of one warp ran 98.2 % of copy in float32 and 90.1 % in float16,
     against 97.0 / 88.2 % in blocks of four; float16 8192 × 2048: 64 threads × 32 values
     83.3 %, 128 × 16 81.0 %.)"""

@@ -20,10 +20,10 @@ Four layouts (:func:`choose`):
   a floor and buffer their candidates it is no faster anywhere measured (B 64–256);
 * *split*: few long rows (B = 1 in decoding) cut into S pieces, one block each; kernel 1
   writes each piece's state (m, ℓ, k values, k indices) to a workspace, kernel 2 merges a
-  row's S states and writes.  The launch boundary is the grid-wide barrier — or, where
-  every piece has a multiprocessor of its own and the row's S·k entries fit the registers
-  of one piece's block (``Plan.fused``), the last piece of a row to finish merges it in
-  the same launch (an atomic ticket: :func:`.sync.last_to_finish`).  By default both
+  row's S states and writes.  The launch boundary is the grid-wide barrier — or, in a
+  plan that asks for it (``Plan.fused``: measured slower, never chosen), the last piece
+  of a row to finish merges it in the same launch (an atomic ticket:
+  :func:`.sync.last_to_finish`).  By default both
   kernels select by radix (:mod:`.topk_select`: a cost that does not follow k); the
   sorted lists (:mod:`.topk_rows`, :func:`.topk_state.pieces_state`) remain for
   sampling's perturbed values and for plans that ask for them.
@@ -90,10 +90,11 @@ def choose(rows, n, k, dtype, width, limits, radix=False):
     where every piece gets a multiprocessor of its own; else of 256 threads × 8 values (16
     where more pieces would not run in two waves); the merge's S·k entries must fit its
     registers; where nothing fits, the lists.  (``Plan.fused``, the merge in the same
-    launch, is never chosen: H200, B 1 × 128256, k 50, 512 × 4: 23.8 µs fused against 23.0
-    in two kernels; k 8 17.9 against 18.2; B 1 × 32000, k 50: 21.2 against 20.1.)  With ``radix`` and between a
-    quarter of and as many rows as multiprocessors: the lists, each row in about
-    SMs/rows pieces of :data:`LISTS_SPLIT_THREADS`, each piece at least 4 chunks of its
+    launch, is never chosen: H200, B 1 × 128256, k 50, 512 × 4: 23.8 µs fused against
+    23.0 in two kernels; k 8 17.9 against 18.2; B 1 × 32000, k 50: 21.2 against 20.1.)
+    With ``radix`` and between a quarter of and as many rows as multiprocessors: the
+    lists, each row in about SMs/rows pieces of :data:`LISTS_SPLIT_THREADS`, each piece
+    at least 4 chunks of its
     block (H200, B 64: 2 pieces of 512 at V 128256–262144, 5–13 % ahead of a block a row;
     at V 32000, where a piece would hold 2 chunks, a block a row, 13 % ahead; both
     1.0–2.8× the threshold filter).
