@@ -367,6 +367,24 @@ def test_cluster_pieces_in_registers(dtype, mode):
     check(run("cluster", mode, x, dtype, **config), exact, mode, dtype)
 
 
+def test_pad_bits_and_bit_views():
+    """Pure: the 16-bit pad a row held in pairs ends with (its stored bits), and the
+    uint16 views a kernel holding pairs takes (float16 viewed, the others as they are)."""
+    from numba_softmax.kernels import pairs
+
+    assert pairs.pad_bits(np.float16, -np.inf) == 0xFC00
+    assert pairs.pad_bits(np.float16, 0.0) == 0
+    assert pairs.pad_bits(np.uint16, -np.inf) == 0xFF80  # bfloat16 (its uint16 bits)
+    assert pairs.pad_bits(np.uint16, np.inf) == 0x7F80
+    assert from_bf16(np.array([pairs.pad_bits(np.uint16, -2.0)], np.uint16))[0] == -2.0
+    h = cuda.to_device(np.ones((2, 8), np.float16))
+    b = cuda.to_device(np.ones((2, 8), np.uint16))
+    f = cuda.to_device(np.ones((2, 8), np.float32))
+    hv, bv, fv = pairs.bits(h, b, f)
+    assert (hv.dtype, bv.dtype, fv.dtype) == (np.uint16, np.uint16, np.float32)
+    assert (hv.copy_to_host() == np.float16(1).view(np.uint16)).all()  # the same bytes
+
+
 @pytest.mark.parametrize("mode", list(REFS))
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("threads, n", [(32, 8 * 32 * 3 - 8), (64, 8 * 64 * 2 - 16)])
