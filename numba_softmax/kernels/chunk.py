@@ -179,11 +179,10 @@ def pow2_ceil(n):
     return p
 
 
-def team_plan(make, x, y, mode, vpt, threads=None, min_block=128, team=None):
+def team_plan(make, x, y, mode, vpt, threads=None, min_block=128, chunks=1):
     """The launch of ``make(dtype, vpt, mode, width)`` — a kernel taking (x, y, team) —
-    on (rows, n) arrays: a team as wide as one chunk of the row (``team``: a chosen
-    one), 32 to the block limit, and blocks of at least ``min_block`` threads (several
-    teams each).  The block limit is the compiled kernel's own
+    on (rows, n) arrays: a team as wide as covers the row in ``chunks`` chunks, 32 to the
+    block limit, and blocks of at least ``min_block`` threads (several teams each).  The block limit is the compiled kernel's own
     (:func:`.launcher.max_threads`: its registers decide), capped by ``threads``, and
     rounded down to a power of two so that teams divide blocks."""
     from .epilogue import LOGSUMEXP
@@ -201,11 +200,16 @@ def team_plan(make, x, y, mode, vpt, threads=None, min_block=128, team=None):
     limit = pow2_floor(limit)
     if limit < 32:
         raise ValueError(f"{k.__name__}: a block must hold at least one warp; got {limit} threads")
-    if team is None:
-        team = min(max(32, pow2_ceil(-(-n // vpt))), limit)
+    team = min(max(32, pow2_ceil(-(-n // (chunks * vpt)))), limit)
     block = min(max(team, min_block), limit)
     grid = max(1, -(-rows // (block // team)))
     return TeamPlan(k, grid, block, team, (x, y, team))
+
+
+def fills_device(x):
+    """Whether x has a row for every multiprocessor: a launch may then give each row a
+    narrower team (more rows to a block) without leaving multiprocessors idle."""
+    return x.shape[0] >= launcher.device_limits().sms
 
 
 def run(plan, stream=0):

@@ -1,8 +1,9 @@
 """v3 — two-pass online softmax: rows of any length.  Two reads and one write per element.
 
-A team of threads per row (:mod:`.chunk`): as wide as one chunk of C = team·VPT values
-when the row is short — a warp, or a few, several rows to a block — and the whole block
-when it is long, streaming the row chunk by chunk.
+A team of threads per row (:mod:`.chunk`) streams the row chunk by chunk, C = team·VPT
+values a chunk: where rows fill the device, as wide as gives each thread 128 bytes of the
+row (two or four chunks: a warp for a 1024-value row, several rows to a block), else as
+wide as one chunk; at most the whole block (:func:`configure`).
 
     pass 1  for each chunk: each thread reads its VPT values, folds them into a chunk
             state (max, Σ exp(x − max)) and merges that into its running (m, ℓ) with
@@ -30,7 +31,15 @@ from . import chunk, jit, vector
 from .epilogue import LOGSUMEXP, row_constant
 from .reduce import team_combine
 
-VECTORS = 2  # 16-byte vectors per thread per chunk: 32 bytes in flight per thread
+VECTORS = 2  # 16-byte vectors per thread per chunk (the kernels that share the stream)
+VALUES = 16  # online's own launch where rows fill the device: values a thread a chunk …
+ROW_BYTES = 128  # … and a team no wider than gives each thread this much of its row
+# (H200, % of a same-size copy, against one chunk a team at 2 vectors a thread: float32
+# 16384 × 1024 62.4 → 90.1, 4096 × 8192 45.0 → 87.3, 2048 × 16384 60.5 → 82.6,
+# 1024 × 65536 66.8 → 72.8; float16 16384 × 1024 46.6 → 65.3, 4096 × 8192 41.3 → 63.6;
+# bfloat16 2048 × 16384 36.6 → 62.9; rows of 65536 or more in 16 bits unchanged.  Narrower
+# teams put more blocks on a multiprocessor, and pass 2 re-reads chunks just read.  With
+# few rows the narrow teams cost parallelism: 37 × 1128 float32 49.2 → 32.6, so not there)
 
 
 @functools.cache
@@ -104,11 +113,19 @@ def kernel(dtype, vpt, mode, width):
 
 
 def configure(x, y, mode, threads=None, vpt=None):
-    """The launch: a team per row as wide as one chunk of the row (capped by the block
-    limit — then the team streams several chunks), blocks of at least 256 threads;
-    ``threads`` caps the block (default: the compiled kernel's own limit)."""
-    vpt = vpt or VECTORS * vector.width_for(x.dtype)
-    return chunk.team_plan(kernel, x, y, mode, vpt, threads, min_block=256)
+    """The launch (:func:`.chunk.team_plan`).  Rows enough to fill the device (float32 or
+    16-bit): :data:`VALUES` values a thread, a team per row as wide as gives each thread
+    :data:`ROW_BYTES` of its row (two chunks of float32, four of a 16-bit type); else
+    (few rows, float64) :data:`VECTORS` vectors a thread and a team as wide as one chunk
+    of the row.  Teams of 32 threads at least, the block limit at most (then they stream
+    more chunks), blocks of at least 256 threads; ``threads`` caps the block (default: the
+    compiled kernel's own limit)."""
+    if x.dtype.itemsize > 4 or not chunk.fills_device(x):
+        vpt = vpt or VECTORS * vector.width_for(x.dtype)
+        return chunk.team_plan(kernel, x, y, mode, vpt, threads, min_block=256)
+    vpt = vpt or VALUES
+    chunks = max(1, ROW_BYTES // (vpt * x.dtype.itemsize))
+    return chunk.team_plan(kernel, x, y, mode, vpt, threads, min_block=256, chunks=chunks)
 
 
 def launch(x, y, mode, threads=None, vpt=None, stream=0):
