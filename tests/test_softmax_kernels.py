@@ -288,6 +288,33 @@ def test_cooperative_blocks_meet_in_the_simulator():
 SHAPES = [(1, 1), (37, 7), (199, 760), (5, 1128), (3, 5000), (2, 70_000), (1, 300_000)]
 
 
+@pytest.mark.parametrize("module, dtype, rows, n, team", [
+    ("online", np.float32, 132, 8192, 256),  # rows fill the device: 16 values, 128 B a thread
+    ("online", np.float32, 132, 1024, 32),  # … a warp a row, two chunks
+    ("online", np.float16, 132, 8192, 128),  # … 16-bit: four chunks
+    ("online", np.float32, 131, 8192, 1024),  # fewer rows than multiprocessors: one chunk
+    ("online", np.float64, 132, 8192, 1024),  # float64: one chunk of 2 vectors a thread
+    ("three_pass", np.float32, 132, 16384, 512),  # rows of ≤ 64 KB: two chunks a team
+    ("three_pass", np.float32, 132, 16388, 1024),  # longer: one chunk (the block limit)
+    ("three_pass", np.float16, 131, 1024, 64),  # few rows: one chunk of 16 values
+])
+def test_streaming_teams_narrow_where_rows_fill_the_device(monkeypatch, module, dtype, rows, n, team):
+    """online and three_pass give a row a narrower team (more rows to a block) only where
+    there is a row for every multiprocessor (H200: online float32 4096 × 8192 45 → 87 % of
+    copy; with 37 rows it lost), and the team still covers the row."""
+    from numba_softmax.kernels import online, three_pass
+
+    limits = launcher.Limits("an H200", sms=132, max_threads=1024, shared_optin=232448,
+                             shared_per_sm=233472, l2_bytes=60 << 20, cc=(9, 0))
+    monkeypatch.setattr(launcher, "device_limits", lambda: limits)
+    monkeypatch.setattr(launcher, "max_threads", lambda k, a: 1024)
+    x = cuda.device_array((rows, n), dtype)
+    plan = {"online": online, "three_pass": three_pass}[module].configure(x, x, MODES["softmax"])
+    assert plan.team == team, plan
+    assert plan.block % plan.team == 0 and plan.grid * (plan.block // plan.team) >= rows
+    assert plan.block >= 256
+
+
 @pytest.mark.parametrize("limit", [256, 96])
 def test_no_launch_exceeds_the_kernels_thread_limit(monkeypatch, limit):
     """With ``max_threads`` mocked to return ``limit`` (a kernel whose registers allow
