@@ -182,9 +182,10 @@ def pow2_ceil(n):
 def team_plan(make, x, y, mode, vpt, threads=None, min_block=128, chunks=1):
     """The launch of ``make(dtype, vpt, mode, width)`` — a kernel taking (x, y, team) —
     on (rows, n) arrays: a team as wide as covers the row in ``chunks`` chunks, 32 to the
-    block limit, and blocks of at least ``min_block`` threads (several teams each).  The block limit is the compiled kernel's own
-    (:func:`.launcher.max_threads`: its registers decide), capped by ``threads``, and
-    rounded down to a power of two so that teams divide blocks."""
+    block limit, and blocks of at least ``min_block`` threads (several teams each).  The
+    block limit is the compiled kernel's own (:func:`.launcher.max_threads`: its
+    registers decide), capped by ``threads``, and rounded down to a power of two so that
+    teams divide blocks."""
     from .epilogue import LOGSUMEXP
 
     rows, n = x.shape
