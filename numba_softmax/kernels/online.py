@@ -34,12 +34,13 @@ from .reduce import team_combine
 VECTORS = 2  # 16-byte vectors per thread per chunk (the kernels that share the stream)
 VALUES = 16  # online's own launch where rows fill the device: values a thread a chunk …
 ROW_BYTES = 128  # … and a team no wider than gives each thread this much of its row
-# (H200, % of a same-size copy, against one chunk a team at 2 vectors a thread: float32
-# 16384 × 1024 62.4 → 90.1, 4096 × 8192 45.0 → 87.3, 2048 × 16384 60.5 → 82.6,
-# 1024 × 65536 66.8 → 72.8; float16 16384 × 1024 46.6 → 65.3, 4096 × 8192 41.3 → 63.6;
-# bfloat16 2048 × 16384 36.6 → 62.9; rows of 65536 or more in 16 bits unchanged.  Narrower
-# teams put more blocks on a multiprocessor, and pass 2 re-reads chunks just read.  With
-# few rows the narrow teams cost parallelism: 37 × 1128 float32 49.2 → 32.6, so not there)
+# (H200, docs/benchmarks/team-launch-nvidia-h200.txt, % of a same-size copy, against one
+# chunk a team at 2 vectors a thread: float32 16384 × 1024 62.8 → 90.4, 4096 × 8192 45.1 →
+# 87.5, 2048 × 16384 60.2 → 82.7, 1024 × 65536 66.9 → 73.1; float16 16384 × 1024 46.5 →
+# 65.0, 4096 × 8192 41.1 → 63.4; bfloat16 2048 × 16384 36.5 → 62.7; 16-bit rows of 65536
+# and more unchanged.  Narrower teams put more blocks on a multiprocessor, and pass 2
+# re-reads chunks just read.  With few rows they cost parallelism: 37 × 1128 float32
+# 47.8 → 29.6 in teams of 32, so not there)
 
 
 @functools.cache

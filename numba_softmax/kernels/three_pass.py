@@ -28,10 +28,10 @@ from .reduce import team_combine
 
 VECTORS = 2  # 16-byte vectors per thread per chunk: 32 bytes in flight per thread
 VALUES, SHORT_BYTES = 16, 64 * 1024  # short rows: 16 values a thread, two chunks a team
-# (H200, % of a same-size copy, against one chunk a team: float32 16384 × 1024 43.4 →
-# 75.8, 4096 × 8192 34.5 → 68.8, 2048 × 16384 48.5 → 49.8; float16 16384 × 1024 38.5 →
-# 56.6, 4096 × 8192 34.9 → 48.1; bfloat16 2048 × 16384 28.4 → 43.7; longer rows lost:
-# 1024 × 65536 56.3 → 48.4)
+# (H200, docs/benchmarks/team-launch-nvidia-h200.txt, % of a same-size copy, against one
+# chunk a team: float32 16384 × 1024 43.4 → 76.4, 4096 × 8192 34.4 → 68.5; float16
+# 16384 × 1024 38.3 → 56.4, 4096 × 8192 34.7 → 47.9; bfloat16 2048 × 16384 28.3 → 43.5;
+# longer rows lost: 1024 × 65536 56.3 → 48.4 in the sweep the rule came from)
 
 
 @functools.cache
@@ -86,8 +86,8 @@ def configure(x, y, mode, threads=None, vpt=None):
     is read from DRAM once; passes 2 and 3 find it in L1), at most a block; blocks of at
     least 256 threads; ``threads`` caps the block (default: the compiled kernel's own
     limit, :func:`.launcher.max_threads`).  Rows of at most :data:`SHORT_BYTES` (float32 or
-    16-bit), enough to fill the device: :data:`VALUES` values a thread and teams half as
-    wide — two chunks a thread, more blocks a multiprocessor."""
+    16-bit), enough to fill the device: :data:`VALUES` values a thread and teams that
+    cover the row in two chunks — narrower, more blocks a multiprocessor."""
     if x.dtype.itemsize <= 4 and x.shape[1] * x.dtype.itemsize <= SHORT_BYTES and chunk.fills_device(x):
         return chunk.team_plan(kernel, x, y, mode, vpt or VALUES, threads, min_block=256, chunks=2)
     vpt = vpt or VECTORS * vector.width_for(x.dtype)
