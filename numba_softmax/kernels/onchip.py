@@ -34,7 +34,7 @@ import numba
 from numba import cuda
 
 from ..combine import combine_device
-from . import chunk, jit, launcher, vector
+from . import chunk, jit, launcher, pairs, vector
 from .epilogue import LOGSUMEXP, row_constant
 from .online import VECTORS, stream_state
 from .reduce import team_combine
@@ -47,25 +47,35 @@ U = numba.uint64  # held's indices: unsigned, so Numba adds no negative-index wr
 def keeper(dtype, vpt, width):
     """Device function ``keep(x, row, start, stop, held, stride, t, team) -> (m, ℓ)``: pass
     1 over x[row, start:stop] that also parks thread t's values in ``held`` (shared
-    memory) at ``held[t·stride + j]``, j = 0, 1, …"""
+    memory) at ``held[t·stride + j]``, j = 0, 1, …  The values are parked as loaded — a
+    16-bit value's own bits, not its float32 rounded back (the same bits: it came from
+    them)."""
     acc = jit.accumulator(dtype)
     io = chunk.ops(dtype, vpt, width)
-    to_storage = jit.storer(dtype)
+    load_row, _ = vector.raw_row_io(width)
+    to_acc = jit.loader(dtype)
+    raw = vector.storage_type(dtype)
+    fill = pairs.pad_bits(dtype, -math.inf) if raw == numba.uint16 else -math.inf  # −inf, stored
     vectors = vpt // width
 
     @jit.device
     def keep(x, row, start, stop, held, stride, t, team):
-        v = cuda.local.array(vpt, acc)
+        bits = cuda.local.array(vpt, raw)  # a chunk as stored
+        v = cuda.local.array(vpt, acc)  # … and as the accumulator's type
         m, l = acc(-math.inf), acc(0.0)
         base, j = start, U(t * stride)  # thread t's next place in held (unsigned: below)
+        pad = raw(fill)  # past the end: −inf, as stored
         while base < stop:
-            io.load(x, row, base, stop, t, team, v, acc(-math.inf))
+            for i in range(vectors):  # all of a chunk's loads before any value is used
+                load_row(x, row, base + (t + i * team) * width, stop, bits, i * width, pad)
+            for i in range(vpt):
+                v[i] = to_acc(bits[i])
             m_chunk, l_chunk = io.state(v)
             m, l = combine_device(m, l, m_chunk, l_chunk)  # the online step, per chunk
             for i in range(vectors):  # park the vectors that lie inside the range
                 if base + (t + i * team) * width < stop:
                     for k in range(width):
-                        held[j + U(i * width + k)] = to_storage(v[i * width + k])
+                        held[j + U(i * width + k)] = bits[i * width + k]
             base += team * vpt
             j += U(vpt)
         return m, l
