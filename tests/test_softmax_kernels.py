@@ -394,6 +394,22 @@ def test_cluster_pieces_in_registers(dtype, mode):
     check(run("cluster", mode, x, dtype, **config), exact, mode, dtype)
 
 
+@pytest.mark.parametrize("mode", list(REFS))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_cluster_parks_16_bit_rows_in_pairs(dtype, mode):
+    """16-bit rows of 16-byte vectors: the cluster's blocks park their pieces as the
+    vectors' 32-bit words, two values a word (the arrays passed as uint16 bits); two rows
+    over three blocks, the last piece five vectors long."""
+    values = np.random.default_rng().standard_normal((2, 2 * T * 8 + 40)) * 3
+    values[0, [0, T - 1, T * 8, 2 * T * 8 + 39]] = -np.inf
+    x, exact = stored(values, dtype)
+    xd = cuda.to_device(x)
+    config = dict(threads=T, size=3, vpt=16, registers=False)
+    plan = cluster.configure(xd, xd, MODES[mode], **config)
+    assert plan.bits == (mode != "logsumexp")
+    check(run("cluster", mode, x, dtype, **config), exact, mode, dtype)
+
+
 def test_pad_bits_and_bit_views():
     """Pure: the 16-bit pad a row held in pairs ends with (its stored bits), and the
     uint16 views a kernel holding pairs takes (float16 viewed, the others as they are)."""

@@ -38,12 +38,13 @@ import functools
 import math
 from typing import NamedTuple
 
+import numba
 import numpy as np
 from numba import cuda
 
 from .. import _sim
 from ..combine import combine_device
-from . import chunk, dsmem, jit, launcher, onchip, vector
+from . import chunk, dsmem, jit, launcher, onchip, pairs, vector
 from .epilogue import LOGSUMEXP, SOFTMAX, row_constant
 from .online import VECTORS, stream_state
 from .reduce import team_combine
@@ -57,15 +58,22 @@ SHARED_PIECE_MAX = 64 * 1024  # larger pieces go to registers where they fit (H2
 
 
 @functools.cache
-def kernel(dtype, vpt, mode, width, threads, size, in_registers=False):
+def kernel(dtype, vpt, mode, width, threads, size, in_registers=False, pack=False):
+    """The cluster kernel (x, y, piece, stride).  ``pack`` (shared-memory pieces of a
+    16-bit row in 16-byte vectors): the piece parked in pairs (:func:`.onchip.paired`),
+    ``stride`` in 32-bit words, x and y passed as their uint16 bits."""
     acc = jit.accumulator(dtype)
     fold = stream_state(dtype, vpt, width)
-    keep = onchip.keeper(dtype, vpt, width)
-    write_held = onchip.writer(dtype, vpt, width, mode)
+    regs = in_registers and mode != LOGSUMEXP  # the piece in registers, not shared memory
+    if pack and not regs and mode != LOGSUMEXP:
+        keep, write_held = onchip.paired(dtype, vpt, width, threads, mode)
+        raw = numba.uint32
+    else:
+        keep = onchip.keeper(dtype, vpt, width)
+        write_held = onchip.writer(dtype, vpt, width, mode)
+        raw = vector.storage_type(dtype)
     io = chunk.ops(dtype, vpt, width)
     store = jit.storer(dtype)
-    raw = vector.storage_type(dtype)
-    regs = in_registers and mode != LOGSUMEXP  # the piece in registers, not shared memory
 
     # registers for full multiprocessors (32 a thread), where ptxas needs no more; a piece
     # held in registers gets 64 (1024 threads a multiprocessor)
@@ -125,7 +133,8 @@ def kernel(dtype, vpt, mode, width, threads, size, in_registers=False):
 
 class Plan(NamedTuple):
     """The cluster launch: clusters of ``size`` blocks of ``threads``, one a row; each
-    block parks ``piece`` values, each thread's ``stride`` apart (``shared`` bytes)."""
+    block parks ``piece`` values, each thread's ``stride`` apart (``shared`` bytes);
+    ``bits``: the arrays are passed as their uint16 bits (a piece parked in pairs)."""
 
     kernel: object
     size: int
@@ -133,6 +142,7 @@ class Plan(NamedTuple):
     piece: int
     stride: int
     shared: int
+    bits: bool = False
 
 
 def supported(limits):
@@ -210,23 +220,29 @@ def configure(x, y, mode, threads=None, vpt=None, shared=None, size=None, regist
         raise ValueError(f"a row of {n} values does not fit the registers of {MAX_SIZE} "
                          f"blocks of threads {threads or cap}; use registers=None")
     vpt = max(vpt or VECTORS * vector.width_for(x.dtype), width)
+    pack = mode != LOGSUMEXP and pairs.packed(x.dtype, width) and pairs.packed(y.dtype, width)
     size, piece = cut(n, itemsize, (threads or 256) * width, size)
     want = threads or threads_for(piece, itemsize, cap)
-    k, threads = onchip.fit_threads(lambda t: kernel(x.dtype, vpt, mode, width, t, size), x, y,
-                                    want, (x, y, 1, 1))
+    k, threads = onchip.fit_threads(lambda t: kernel(x.dtype, vpt, mode, width, t, size, pack=pack),
+                                    x, y, want, (pairs.bits(x, y) if pack else (x, y)) + (1, 1))
     size, piece = cut(n, itemsize, threads * width, size)
-    stride = onchip.stride_for(piece, threads, width)
-    need = 0 if mode == LOGSUMEXP else threads * stride * itemsize
+    if pack:  # 32-bit words of two values each
+        stride = onchip.paired_stride(piece, threads, width)
+        need = threads * stride * 4
+    else:
+        stride = onchip.stride_for(piece, threads, width)
+        need = 0 if mode == LOGSUMEXP else threads * stride * itemsize
     room = limits.shared_optin - onchip.STATIC_SHARED if shared is None else shared
     if need > room:
         raise ValueError(
             f"cluster holds a row in {size} blocks' shared memory: a row of {n} values needs "
             f"{need} bytes a block, the limit is {room}; use method='group' (or 'online')")
-    return Plan(k, size, threads, piece, stride, need)
+    return Plan(k, size, threads, piece, stride, need, pack)
 
 
 def launch(x, y, mode, threads=None, vpt=None, shared=None, size=None, registers=None, stream=0):
     """Run on (rows, n) device arrays; ``y`` is (rows, n), or (rows, 1) for logsumexp."""
     plan = configure(x, y, mode, threads, vpt, shared, size, registers)
+    arrays = pairs.bits(x, y) if plan.bits else (x, y)
     launcher.launch(plan.kernel, x.shape[0] * plan.size, plan.threads, stream,
-                    (x, y, plan.piece, plan.stride), shared=plan.shared, cluster=plan.size)
+                    arrays + (plan.piece, plan.stride), shared=plan.shared, cluster=plan.size)

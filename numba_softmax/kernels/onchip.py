@@ -41,6 +41,7 @@ from .reduce import team_combine
 
 STATIC_SHARED = 1024  # bytes of shared memory a kernel here uses besides the parked row
 U = numba.uint64  # held's indices: unsigned, so Numba adds no negative-index wraparound
+U32 = numba.uint32
 
 
 @functools.cache
@@ -107,6 +108,57 @@ def writer(dtype, vpt, width, mode):
             j += U(vpt)
 
     return write_held
+
+
+@functools.cache
+def paired(dtype, vpt, width, team, mode):
+    """(keep, write_held) for a 16-bit row parked *in pairs* (:func:`.chunk.held`): the
+    16-byte vectors' own 32-bit words, two values a word, ``held`` a uint32 array and
+    ``stride`` in words — one 32-bit store and load per two values, none of the values
+    rounded back to storage; the arrays are passed as their uint16 bits
+    (:func:`.pairs.bits`).  Same calls as :func:`keeper` and :func:`writer`; ``team``
+    must be the kernel's compile-time team."""
+    acc = jit.accumulator(dtype)
+    hd = chunk.held(dtype, vpt, width, team, True)
+    words, vectors, per_vector = hd.slots, vpt // width, width // 2
+
+    @jit.device
+    def keep(x, row, start, stop, held, stride, t, team_):
+        h = cuda.local.array(words, hd.slot)  # a chunk's words, in registers
+        m, l = acc(-math.inf), acc(0.0)
+        base, j = start, U(t * stride)
+        while base < stop:
+            hd.load(x, row, base, stop, t, h)  # −inf past the end
+            m_chunk, l_chunk = hd.state(h)
+            m, l = combine_device(m, l, m_chunk, l_chunk)  # the online step, per chunk
+            for i in range(vectors):  # park the vectors' words that lie inside the range
+                if base + (t + i * team) * width < stop:
+                    for k in range(per_vector):
+                        held[j + U(i * per_vector + k)] = h[i * per_vector + k]
+            base += team * vpt
+            j += U(words)
+        return m, l
+
+    @jit.device
+    def write_held(y, row, start, stop, held, stride, t, team_, m, c):
+        h = cuda.local.array(words, hd.slot)
+        base, j = start, U(t * stride)
+        while base < stop:
+            for i in range(vectors):  # thread t's own words: no barrier needed
+                inside = base + (t + i * team) * width < stop
+                for k in range(per_vector):  # (past the end: never written)
+                    h[i * per_vector + k] = held[j + U(i * per_vector + k)] if inside else U32(0)
+            hd.write(h, y, row, base, stop, t, m, c, mode)
+            base += team * vpt
+            j += U(words)
+
+    return keep, write_held
+
+
+def paired_stride(n, threads, width):
+    """:func:`stride_for` in 32-bit words for a range parked in pairs: an odd count."""
+    words = -(-n // (threads * width)) * width // 2
+    return words + 1 - words % 2
 
 
 @functools.cache
