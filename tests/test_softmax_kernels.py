@@ -453,14 +453,15 @@ def test_fused_holds_16_bit_rows_in_pairs(dtype, mode, threads, n):
 
 
 def test_register_cut():
-    """Pure: the fewest threads whose 8 blocks of 32 float32 values (16 float64) a thread
-    hold the row; None past that."""
-    assert cluster.register_cut(65536, np.float32, 4, 1024) == (8, 256, 32)
+    """Pure: the most threads (the fewest blocks) whose at most 8 blocks of 32 float32
+    values (16 float64) a thread hold the row; None past that."""
+    assert cluster.register_cut(65536, np.float32, 4, 1024) == (2, 1024, 32)  # fewest blocks
     assert cluster.register_cut(262144, np.float32, 4, 1024) == (8, 1024, 32)
-    assert cluster.register_cut(20000, np.float32, 4, 1024) == (3, 256, 32)
+    assert cluster.register_cut(20000, np.float32, 4, 1024) == (1, 1024, 32)
+    assert cluster.register_cut(20000, np.float32, 4, 256) == (3, 256, 32)
     assert cluster.register_cut(262145, np.float32, 4, 1024) is None
     assert cluster.register_cut(262144, np.float32, 4, 512) is None  # the device's threads
-    assert cluster.register_cut(65536, np.float64, 2, 1024) == (8, 512, 16)
+    assert cluster.register_cut(65536, np.float64, 2, 1024) == (4, 1024, 16)
     assert cluster.register_cut(1000, np.float32, 4, 1024, threads=64, size=3) == (3, 64, 8)
 
 
@@ -480,6 +481,23 @@ def test_cluster_cut_and_refusals():
         cluster.launch(x, x, MODES["softmax"], threads=T, size=2, shared=100, registers=False)
     with pytest.raises(ValueError, match="registers"):
         cluster.launch(x, x, MODES["softmax"], threads=T, size=2, vpt=4, registers=True)
+
+
+def test_cluster_holds_float32_rows_in_registers_where_they_make_waves(monkeypatch):
+    """float32 rows go to registers in the fewest blocks (1024 threads) where the rows
+    give 8 waves of those blocks; fewer rows, and 16-bit rows, park in shared memory."""
+    limits = launcher.Limits("a small sm_90", sms=4, max_threads=1024, shared_optin=232448,
+                             shared_per_sm=233472, l2_bytes=50 << 20, cc=(9, 0))
+    monkeypatch.setattr(launcher, "device_limits", lambda: limits)
+    monkeypatch.setattr(launcher, "max_threads", lambda k, a: 1024)
+    many = cuda.device_array((16, 65536), np.float32)
+    few = cuda.device_array((15, 65536), np.float32)
+    plan = cluster.configure(many, many, MODES["softmax"])
+    assert (plan.size, plan.threads, plan.shared) == (2, 1024, 0)  # 16 rows × 2 = 8 waves of 4
+    plan = cluster.configure(few, few, MODES["softmax"])
+    assert plan.shared > 0 and plan.size == 8  # 30 blocks: parked, 8 blocks a row
+    half = cuda.device_array((16, 65536), np.float16)
+    assert cluster.configure(half, half, MODES["softmax"]).shared > 0
 
 
 def test_bad_arguments_are_refused():

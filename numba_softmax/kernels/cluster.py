@@ -21,12 +21,20 @@ A block may hold its piece in *registers* instead (``fused``'s way: T threads ×
 values, the state taken with ``exps`` so that the write is one multiply a value,
 :mod:`.chunk`): 8 blocks of 1024 threads × 32 values hold 262 144 float32 values — rows
 whose shared-memory pieces would be 128 KB, where that form runs 61 % of copy and this
-one 74.7 % (H200).  Below 64 KB pieces shared memory measured as fast or faster
-(float32 1024 × 65 536: 86.0 % against 80.4 %), so it stays the default there.
+one 74.7 % (H200).  float32 rows take registers wherever they fit, in the fewest blocks
+(1024 threads): 1024 × 65 536 in 2 blocks ran 87.9 % of copy against 86.0 % parked in 8,
+512 × 131 072 in 4 blocks 82.7 % against 80.9 (H200; 8 blocks of 256 threads' registers
+had run 80.4 %).  The fewer a cluster's blocks, the faster: the same blocks of 1024 × 32
+values ran 87.9 %, 82.7 % and 75.1 % in clusters of 2, 4 and 8.  Neither fewer, larger
+pieces (registers and shared memory together: 72 % in clusters of 1 and 2) nor a
+persistent grid of clusters walking rows with the next piece in flight (59 %) did better
+(``docs/benchmarks/NOTES.md``, nineteenth session).  16-bit rows park in shared memory
+below :data:`SHARED_PIECE_MAX` (their register pieces measured slower).
 
 Memory traffic: read N·b, write N·b (the minimum); shared memory a block: its piece,
-padded as ``onchip`` pads a row (none for pieces in registers).  No persistent loop and no cooperative launch: a grid of
-rows × size blocks, and the hardware schedules whole clusters as multiprocessors free up.
+padded as ``onchip`` pads a row (none for pieces in registers).  No persistent loop and
+no cooperative launch: a grid of rows × size blocks, and the hardware schedules whole
+clusters as multiprocessors free up.
 Pieces of ~32 KB (8192 float32 values) in blocks of 256 threads: each thread parks 32
 values, ~6 blocks share a multiprocessor (:func:`configure`); at most 8 blocks a cluster
 (the portable limit), so rows up to ~2 MB; ``auto`` uses it up to 512 KB (float32 rows
@@ -53,6 +61,8 @@ MAX_SIZE = 8  # blocks a cluster (the portable cluster size)
 PIECE_BYTES = 32 * 1024  # a block's piece, aimed at: ~6 blocks a multiprocessor
 VALUES_PER_THREAD = 32  # threads = piece / this (256 for a 32 KB float32 piece)
 REGISTER_VPT = 32  # float32 values a thread holds when its block's piece is in registers
+REGISTER_WAVES = 8  # float32 register pieces (a block a multiprocessor) where the rows
+# give at least this many waves of them (measured at 15.5: 1024 × 65 536 in clusters of 2)
 SHARED_PIECE_MAX = 64 * 1024  # larger pieces go to registers where they fit (H200: 128 KB
 # pieces in shared memory ran 61 % of copy, the same rows in registers 74.7 %)
 
@@ -171,11 +181,12 @@ def threads_for(piece, itemsize, cap):
 
 def register_cut(n, dtype, width, cap, threads=None, size=None, vpt=None):
     """(size, threads, vpt) that hold rows of n values in the registers of a cluster's
-    blocks: the fewest threads (256 … ``cap``) whose at most :data:`MAX_SIZE` blocks of
-    :data:`REGISTER_VPT` values a thread hold the row, the fewest values a thread then
-    (a power of two); each given argument is kept.  None if none does."""
+    blocks: the most threads (``cap`` … 256: the fewest blocks) whose at most
+    :data:`MAX_SIZE` blocks of :data:`REGISTER_VPT` values a thread hold the row, the
+    fewest values a thread then (a power of two); each given argument is kept.  None if
+    none does."""
     most = REGISTER_VPT * 32 // jit.accumulator(dtype).bitwidth
-    for t in (threads,) if threads else (256, 512, 1024):
+    for t in (threads,) if threads else (1024, 512, 256):
         s = size or -(-n // (t * (vpt or most)))
         if t > cap or s > MAX_SIZE:
             continue
@@ -188,8 +199,9 @@ def register_cut(n, dtype, width, cap, threads=None, size=None, vpt=None):
 def configure(x, y, mode, threads=None, vpt=None, shared=None, size=None, registers=None):
     """The launch: each block's piece parked in shared memory — the row cut into ``size``
     pieces (default :func:`cut`), or held in registers (``registers`` True, else
-    ``ValueError``; None: where shared-memory pieces would pass :data:`SHARED_PIECE_MAX`
-    and :func:`register_cut` finds a cut; False: never);
+    ``ValueError``; None: float32 rows wherever :func:`register_cut` finds a cut and
+    the rows give :data:`REGISTER_WAVES` waves of its blocks, else where shared-memory
+    pieces would pass :data:`SHARED_PIECE_MAX` and a cut is found; False: never);
     blocks of :func:`threads_for` threads (or ``threads``), at most ``shared`` bytes a
     block (default: the device's opt-in limit).  ``ValueError`` on a device without
     clusters or a row whose pieces do not fit."""
@@ -203,9 +215,12 @@ def configure(x, y, mode, threads=None, vpt=None, shared=None, size=None, regist
     itemsize = x.dtype.itemsize
     width = vector.vector_width(x) if mode == LOGSUMEXP else vector.vector_width(x, y)
     cap = limits.max_threads
-    if registers is None:  # shared memory, unless its pieces would pass SHARED_PIECE_MAX
+    fit = register_cut(n, x.dtype, width, cap, threads, size, vpt)
+    if registers is None and not (x.dtype == np.float32 and fit  # (float32: registers
+                                  and rows * fit[0] >= REGISTER_WAVES * limits.sms):  # first)
         pieces = cut(n, itemsize, (threads or 256) * width, size)[1] * itemsize
-        registers = None if pieces > SHARED_PIECE_MAX else False
+        registers = None if pieces > SHARED_PIECE_MAX else False  # shared memory, unless
+        # its pieces would pass SHARED_PIECE_MAX
     room = cap
     while registers is not False and mode != LOGSUMEXP:
         fit = register_cut(n, x.dtype, width, room, threads, size, vpt)
