@@ -474,6 +474,8 @@ def test_cluster_cut_and_refusals():
     assert cluster.cut(1000, 4, 256, size=3) == (3, 512)
     assert cluster.threads_for(8192, 4, 1024) == 256 and cluster.threads_for(16384, 4, 1024) == 512
     assert cluster.threads_for(16384, 2, 1024) == 256 and cluster.threads_for(8192, 4, 128) == 128
+    assert cluster.threads_for(32768, 2, 1024) == 256  # 16-bit: 256 bytes a thread
+    assert cluster.threads_for(131072, 2, 1024) == 1024
     x = cuda.device_array((2, 1000), np.float32)
     with pytest.raises(ValueError, match="size must be"):
         cluster.launch(x, x, MODES["softmax"], size=9)
