@@ -454,11 +454,14 @@ def test_fused_holds_16_bit_rows_in_pairs(dtype, mode, threads, n):
 
 def test_register_cut():
     """Pure: the most threads (the fewest blocks) whose at most 8 blocks of 32 float32
-    values (16 float64) a thread hold the row; None past that."""
+    values (16 float64) a thread hold the row with every thread full, else the fewest
+    threads; None past that."""
     assert cluster.register_cut(65536, np.float32, 4, 1024) == (2, 1024, 32)  # fewest blocks
     assert cluster.register_cut(262144, np.float32, 4, 1024) == (8, 1024, 32)
     assert cluster.register_cut(20000, np.float32, 4, 1024) == (1, 1024, 32)
     assert cluster.register_cut(20000, np.float32, 4, 256) == (3, 256, 32)
+    assert cluster.register_cut(8192, np.float32, 4, 1024) == (1, 256, 32)  # full threads
+    assert cluster.register_cut(8192, np.float32, 4, 1024, size=8) == (8, 256, 4)  # none full
     assert cluster.register_cut(262145, np.float32, 4, 1024) is None
     assert cluster.register_cut(262144, np.float32, 4, 512) is None  # the device's threads
     assert cluster.register_cut(65536, np.float64, 2, 1024) == (4, 1024, 16)
@@ -500,6 +503,8 @@ def test_cluster_holds_float32_rows_in_registers_where_they_make_waves(monkeypat
     assert plan.shared > 0 and plan.size == 8  # 30 blocks: parked, 8 blocks a row
     half = cuda.device_array((16, 65536), np.float16)
     assert cluster.configure(half, half, MODES["softmax"]).shared > 0
+    short = cuda.device_array((64, 8192), np.float32)  # 8 values a thread of 1024: parked
+    assert cluster.configure(short, short, MODES["softmax"]).shared > 0
 
 
 def test_bad_arguments_are_refused():

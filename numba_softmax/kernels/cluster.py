@@ -183,27 +183,30 @@ def threads_for(piece, itemsize, cap):
 
 def register_cut(n, dtype, width, cap, threads=None, size=None, vpt=None):
     """(size, threads, vpt) that hold rows of n values in the registers of a cluster's
-    blocks: the most threads (``cap`` … 256: the fewest blocks) whose at most
-    :data:`MAX_SIZE` blocks of :data:`REGISTER_VPT` values a thread hold the row, the
-    fewest values a thread then (a power of two); each given argument is kept.  None if
-    none does."""
+    blocks, at most :data:`MAX_SIZE` blocks of at most :data:`REGISTER_VPT` float32-sized
+    values a thread, the fewest values a thread for its threads (a power of two): the
+    most threads (the fewest blocks) among those whose threads are full, else the fewest
+    threads (256 … ``cap``); each given argument is kept.  None if none does."""
     most = REGISTER_VPT * 32 // jit.accumulator(dtype).bitwidth
-    for t in (threads,) if threads else (1024, 512, 256):
+    cuts = []
+    for t in (threads,) if threads else (256, 512, 1024):
         s = size or -(-n // (t * (vpt or most)))
         if t > cap or s > MAX_SIZE:
             continue
         v = vpt or max(width, chunk.pow2_ceil(-(-n // (s * t))))
         if v <= most and v % width == 0 and s * t * v >= n:
-            return (size or -(-n // (t * v))), t, v
-    return None
+            cuts.append(((size or -(-n // (t * v))), t, v))
+    full = [c for c in cuts if c[2] == most and vpt is None]
+    return full[-1] if full else cuts[0] if cuts else None
 
 
 def configure(x, y, mode, threads=None, vpt=None, shared=None, size=None, registers=None):
     """The launch: each block's piece parked in shared memory — the row cut into ``size``
     pieces (default :func:`cut`), or held in registers (``registers`` True, else
-    ``ValueError``; None: float32 rows wherever :func:`register_cut` finds a cut and
-    the rows give :data:`REGISTER_WAVES` waves of its blocks, else where shared-memory
-    pieces would pass :data:`SHARED_PIECE_MAX` and a cut is found; False: never);
+    ``ValueError``; None: float32 rows wherever :func:`register_cut` finds a cut of full
+    blocks of 1024 threads and the rows give :data:`REGISTER_WAVES` waves of them, else
+    where shared-memory pieces would pass :data:`SHARED_PIECE_MAX` and a cut is found;
+    False: never);
     blocks of :func:`threads_for` threads (or ``threads``), at most ``shared`` bytes a
     block (default: the device's opt-in limit).  ``ValueError`` on a device without
     clusters or a row whose pieces do not fit."""
@@ -218,8 +221,8 @@ def configure(x, y, mode, threads=None, vpt=None, shared=None, size=None, regist
     width = vector.vector_width(x) if mode == LOGSUMEXP else vector.vector_width(x, y)
     cap = limits.max_threads
     fit = register_cut(n, x.dtype, width, cap, threads, size, vpt)
-    if registers is None and not (x.dtype == np.float32 and fit  # (float32: registers
-                                  and rows * fit[0] >= REGISTER_WAVES * limits.sms):  # first)
+    full = x.dtype == np.float32 and fit and fit[1] == 1024 and fit[2] == REGISTER_VPT
+    if registers is None and not (full and rows * fit[0] >= REGISTER_WAVES * limits.sms):
         pieces = cut(n, itemsize, (threads or 256) * width, size)[1] * itemsize
         registers = None if pieces > SHARED_PIECE_MAX else False  # shared memory, unless
         # its pieces would pass SHARED_PIECE_MAX
