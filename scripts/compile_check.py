@@ -217,6 +217,7 @@ def _softmax():
             ("f16", (16, LOGSUMEXP, 8, 256, 4), "1024x65536 4x256 logsumexp"),
             ("f64", (4, SOFTMAX, 2, 512, 8), "1024x65536 8x512 shared"),
             ("f32", (32, SOFTMAX, 4, 1024, 8, True), "256x262144 8x1024 registers"),
+            ("f32", (32, SOFTMAX, 4, 1024, 2, True), "1024x65536 2x1024 registers"),
             ("f32", (32, LOG_SOFTMAX, 4, 1024, 8, True), "256x262144 8x1024 registers log_softmax"),
             ("f32", (8, LOGSUMEXP, 4, 256, 8), "1024x65536 8x256 logsumexp")):
         out.append(Entry("cluster", f"{d} {cfg}", K, (NP[d],) + a, rows(d) + (int64, int64),
@@ -224,7 +225,7 @@ def _softmax():
     # 16-bit pieces in shared memory are parked in pairs: the arrays as their uint16 bits
     for d, a, cfg in (("f16", (16, SOFTMAX, 8, 256, 4), "1024x65536 4x256 shared pairs"),
                       ("bf16", (16, SOFTMAX, 8, 256, 4), "1024x65536 4x256 shared pairs"),
-                      ("f16", (16, SOFTMAX, 8, 512, 8), "256x262144 8x512 shared pairs"),
+                      ("f16", (16, SOFTMAX, 8, 256, 8), "256x262144 8x256 shared pairs"),
                       ("bf16", (16, LOG_SOFTMAX, 8, 512, 8), "256x262144 8x512 shared pairs log_softmax")):
         out.append(Entry("cluster", f"{d} {cfg}", K, (NP[d],) + a + (False, True),
                          (C(uint16, 2), C(uint16, 2), int64, int64), block=a[3]))

@@ -15,7 +15,7 @@ This function
   (``cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)`` on the compiled kernel);
 * launches it in thread-block clusters of ``cluster`` blocks when asked (sm_90: the
   compiled kernel's ``REQUIRED_CLUSTER_WIDTH`` attribute, so Numba's own launch — and a
-  plan's replay of it — launches clusters; :mod:`.dsmem`);
+  plan's replay of it — launches clusters, scheduled by load balancing; :mod:`.dsmem`);
 * notes the launch while a launch plan is being recorded (:mod:`numba_softmax.plans`).
 
 Cooperative kernels (those calling ``cuda.cg.this_grid().sync()``) are launched
