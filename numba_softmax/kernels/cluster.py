@@ -21,8 +21,9 @@ A block may hold its piece in *registers* instead (``fused``'s way: T threads ×
 values, the state taken with ``exps`` so that the write is one multiply a value,
 :mod:`.chunk`): 8 blocks of 1024 threads × 32 values hold 262 144 float32 values — rows
 whose shared-memory pieces would be 128 KB, where that form runs 61 % of copy and this
-one 74.7 % (H200).  float32 rows take registers wherever they fit, in the fewest blocks
-(1024 threads): 1024 × 65 536 in 2 blocks ran 87.9 % of copy against 86.0 % parked in 8,
+one 74.7 % (H200).  float32 rows take registers wherever full blocks of 1024 threads × 32
+values hold them and the rows make 8 waves of such blocks (:func:`configure`):
+1024 × 65 536 in 2 blocks ran 87.9 % of copy against 86.0 % parked in 8,
 512 × 131 072 in 4 blocks 82.7 % against 80.9 (H200; 8 blocks of 256 threads' registers
 had run 80.4 %).  The fewer a cluster's blocks, the faster: the same blocks of 1024 × 32
 values ran 87.9 %, 82.7 % and 75.1 % in clusters of 2, 4 and 8.  Neither fewer, larger
@@ -223,9 +224,9 @@ def configure(x, y, mode, threads=None, vpt=None, shared=None, size=None, regist
     fit = register_cut(n, x.dtype, width, cap, threads, size, vpt)
     full = x.dtype == np.float32 and fit and fit[1] == 1024 and fit[2] == REGISTER_VPT
     if registers is None and not (full and rows * fit[0] >= REGISTER_WAVES * limits.sms):
+        # shared memory, unless its pieces would pass SHARED_PIECE_MAX
         pieces = cut(n, itemsize, (threads or 256) * width, size)[1] * itemsize
-        registers = None if pieces > SHARED_PIECE_MAX else False  # shared memory, unless
-        # its pieces would pass SHARED_PIECE_MAX
+        registers = None if pieces > SHARED_PIECE_MAX else False
     room = cap
     while registers is not False and mode != LOGSUMEXP:
         fit = register_cut(n, x.dtype, width, room, threads, size, vpt)
