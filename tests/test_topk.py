@@ -212,6 +212,9 @@ def test_choose_takes_the_radix_split_for_few_long_rows():
     assert K.choose(16, 128256, 50, np.dtype(np.float32), 4, limits, True) == K.Plan(False, 256, 16, 32, True)
     # (not fused: 16 · 32 pieces are more than the multiprocessors, whose registers the merge would take)
     assert not K.choose(32, 128256, 50, np.dtype(np.float32), 4, limits, True).radix  # past two waves
+    for rows, splits in ((48, 2), (45, 2), (44, 3), (34, 3), (66, 2), (67, 1)):  # one wave
+        p = K.choose(rows, 128256, 50, np.dtype(np.float32), 4, limits, True)
+        assert p.splits == splits and rows * p.splits <= limits.sms, (rows, p)
     rng = np.random.default_rng(10)
     run(rng.standard_normal((1, sized(2100, 128256))), 5)  # the default plan: radix split
 
