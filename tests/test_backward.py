@@ -227,6 +227,23 @@ def test_cluster_form(dtype, name, rows, n, plan):
     check_rows(name, dtype, rows, n, plan)
 
 
+@pytest.mark.parametrize("dtype", [F32, F16, BF16, F64])
+@pytest.mark.parametrize("name", list(MODES))
+def test_wide_cluster_form(dtype, name):
+    """A cluster of more than 8 blocks a row (the non-portable sizes, opted in by the
+    launcher): the sums of 12 blocks (simulator) or 15–16 (GPU: the default plans of
+    float32 and float64 rows past what 8 blocks hold; 16-bit rows there stay in 8)."""
+    if not SIMULATOR and tuple(KS.launcher.device_limits().cc) < (9, 0):
+        pytest.skip("no thread-block clusters on this device")
+    if SIMULATOR:
+        rows, n, plan = 1, 3001, KS.Plan("cluster", 32, 8, 12)
+    else:
+        rows, n, plan = 37, {F32: 250001, F64: 120001}.get(dtype, 250001), None
+        if dtype in (F32, F64):
+            assert KS.plan(rows, n, dtype, 1, 1024, 132, True, True).splits in (15, 16)
+    check_rows(name, dtype, rows, n, plan)
+
+
 @pytest.mark.parametrize("rows, n, plan", BLOCK_CASES)
 @pytest.mark.parametrize("dtype", [F16, BF16])
 @pytest.mark.parametrize("name", list(MODES))
@@ -247,11 +264,11 @@ def test_pairs_are_used():
 
 
 def test_cluster_plan_refusals():
-    """A forced cluster plan that does not cover the row, or of more than 8 blocks."""
+    """A forced cluster plan that does not cover the row, or of more than 16 blocks."""
     y = cuda.to_device(np.zeros((2, 700), np.float32))
     with pytest.raises(ValueError, match="does not fit"):
         KS.launch(SOFTMAX, y, y, cuda.device_array_like(y), plan_=KS.Plan("cluster", 32, 8, 2))
-    with pytest.raises(ValueError, match="1 … 8 blocks"):
+    with pytest.raises(ValueError, match="1 … 16 blocks"):
         KS.launch(SOFTMAX, y, y, cuda.device_array_like(y), plan_=KS.Plan("cluster", 32, 1, 22))
 
 
@@ -288,6 +305,16 @@ def test_plan_picks_by_row_length():
     assert KS.plan(100, 2048, F16, 8, 1024, 132, True) == KS.Plan("block", 64, 32)
     assert KS.plan(100, 8192, F16, 8, 1024, 132, True) == KS.Plan("block", 256, 32)
     assert KS.plan(100, 262144, F16, 8, 1024, 132, True) == KS.Plan("cluster", 1024, 32, 8)
+    # where the device runs clusters of 16 (``wide``): 16 blocks of 512 threads holding
+    # twice the values, only past what 8 blocks hold
+    assert KS.plan(100, 131072, F32, 4, 1024, 132, True, True) == KS.Plan("cluster", 1024, 16, 8)
+    assert KS.plan(100, 131073, F32, 4, 1024, 132, True, True) == KS.Plan("cluster", 512, 32, 9)
+    assert KS.plan(256, 262144, F32, 4, 1024, 132, True, True) == KS.Plan("cluster", 512, 32, 16)
+    assert KS.plan(256, 262145, F32, 4, 1024, 132, True, True).form == "two_pass"
+    assert KS.plan(100, 524288, F16, 8, 1024, 132, True, True).form == "two_pass"  # pairs
+    assert KS.plan(100, 131072, F64, 2, 1024, 132, True, True) == KS.Plan("cluster", 512, 16, 16)
+    assert KS.plan(8, 262144, F32, 4, 1024, 132, True, True).form == "split"  # 128 blocks
+    assert KS.plan(256, 262144, F32, 4, 256, 132, True, True).form == "two_pass"  # 512 threads
 
 
 # --- the public row API -------------------------------------------------------------------

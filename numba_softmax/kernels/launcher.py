@@ -15,7 +15,8 @@ This function
   (``cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)`` on the compiled kernel);
 * launches it in thread-block clusters of ``cluster`` blocks when asked (sm_90: the
   compiled kernel's ``REQUIRED_CLUSTER_WIDTH`` attribute, so Numba's own launch — and a
-  plan's replay of it — launches clusters, scheduled by load balancing; :mod:`.dsmem`);
+  plan's replay of it — launches clusters, scheduled by load balancing; :mod:`.dsmem`;
+  :func:`cluster_fits` says whether a cluster of more than the portable 8 runs);
 * notes the launch while a launch plan is being recorded (:mod:`numba_softmax.plans`).
 
 Cooperative kernels (those calling ``cuda.cg.this_grid().sync()``) are launched
@@ -36,6 +37,7 @@ from typing import NamedTuple
 from .._sim import simulator_enabled
 
 STATIC_SHARED_LIMIT = 48 * 1024  # above this a block must opt in (dynamic shared memory)
+PORTABLE_CLUSTER = 8  # blocks a cluster every sm_90 device runs; more need an opt-in
 
 _recording = threading.local()
 
@@ -160,13 +162,45 @@ def _require_cluster(kernel, args, cluster):
     clusters are scheduled by load balancing, not the default (H200, softmax's cluster:
     float32 1024 × 65 536 in clusters of 8 blocks of 256 threads 85.7 → 87.3 % of copy,
     float16 78.1 → 79.7, clusters of one block a multiprocessor unchanged; spreading
-    them changed nothing)."""
+    them changed nothing).  More than :data:`PORTABLE_CLUSTER` blocks: with the
+    non-portable opt-in (:func:`cluster_fits` asks first whether the device runs them)."""
+    wide = [("CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED", 1)]
     _set_attributes(kernel, args, "cluster", cluster,
+                    (wide if cluster > PORTABLE_CLUSTER else []) +
                     [("CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH", cluster),
                      ("CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT", 1),
                      ("CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH", 1),
                      ("CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE",
                       CLUSTER_LOAD_BALANCING)])
+
+
+def cluster_fits(kernel, args, block, cluster, shared=0):
+    """Whether the device holds a cluster of ``cluster`` blocks of ``block`` threads of
+    this kernel at once (``cuOccupancyMaxActiveClusters`` ≥ 1), after the opt-in a size
+    above :data:`PORTABLE_CLUSTER` needs (H100 and H200 run 16); False where the device
+    refuses either.  The simulator runs any size."""
+    if simulator_enabled():
+        return True
+    from cuda.bindings import driver
+
+    try:
+        _allow_shared(kernel, args, shared)
+        _require_cluster(kernel, args, cluster)
+    except (RuntimeError, ValueError):
+        return False
+    err, func = driver.cuKernelGetFunction(compiled(kernel, args)._codelibrary.get_cufunc().handle)
+    if int(err) != 0:
+        return False
+    config = driver.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = cluster, 1, 1
+    config.blockDimX, config.blockDimY, config.blockDimZ = block, 1, 1
+    config.sharedMemBytes = shared
+    dims = driver.CUlaunchAttribute()
+    dims.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    dims.value.clusterDim.x, dims.value.clusterDim.y, dims.value.clusterDim.z = cluster, 1, 1
+    config.attrs, config.numAttrs = [dims], 1
+    err, count = driver.cuOccupancyMaxActiveClusters(func, config)
+    return int(err) == 0 and count >= 1
 
 
 def launch(kernel, grid, block, stream, args, shared=0, cluster=1):

@@ -19,9 +19,12 @@ which :mod:`.softmax_backward_launch` holds with the one launch function):
     one pass   the row fits on chip: T threads hold VPT values of y *and* dy each in
                registers (a warp per row for short rows, several rows to a block; a block
                per row up to T·VPT values; on sm_90 a *cluster* of up to 8 blocks per row,
-               whose blocks post their sums into each other's shared memory and add the
-               8 in one order — rows up to 131072 float32 or, held in pairs, 262144
-               float16/bfloat16 values).  Read y, dy once, write dx once: 3·N·b bytes, the minimum.
+               whose blocks post their sums into each other's shared memory and add them
+               in one order — rows up to 131072 float32 or, held in pairs, 262144
+               float16/bfloat16 values; where the device runs clusters of 16 (H100, H200),
+               16 blocks of 512 threads holding twice the values, up to 262144 float32
+               and 524288 float16/bfloat16).  Read y, dy once, write dx once: 3·N·b bytes,
+               the minimum.
     two pass   the row does not fit: pass 1 streams it for c (reading dy, and y for
                softmax), pass 2 re-reads y and dy and writes dx — walking the chunks in
                *reverse*, so the chunks pass 1 read last, still in L2, are re-read first.
@@ -51,7 +54,7 @@ from .jit import accumulator
 from .reduce import block_combine, warp_combine
 
 MAX_VPT = 16  # values of *each* tensor a thread holds in one pass (two tensors: 32 registers)
-MAX_CLUSTER = 8  # blocks a cluster (the portable size)
+MAX_CLUSTER = 16  # blocks a cluster: 8 on every sm_90 device, 16 where it allows (H100, H200)
 CHUNK_VPT = 8  # values per thread per chunk in the two-pass and split forms
 
 

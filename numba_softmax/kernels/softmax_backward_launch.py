@@ -9,8 +9,15 @@ import numpy as np
 from . import launcher, pairs, vector
 from .chunk import pow2_ceil
 from .jit import accumulator
-from .launcher import scratch
+from .launcher import PORTABLE_CLUSTER, scratch
 from .softmax_backward import CHUNK_VPT, MAX_CLUSTER, MAX_VPT, one_pass, split, two_pass
+
+
+# Past 8 blocks a row (H200, float32, kernel time, % of a same-size copy): 256 × 262144 in
+# 16 blocks of 512 threads × 32 values 79 %, of 1024 × 16 77 %, two passes 62 %.  One
+# block a multiprocessor, so a cluster of S takes S of a GPC's ~16: 15 blocks 79 %, 12
+# 73 %, 10 66 %; a ragged 13 (n = 200000) 62 %, as two passes.  float64 62 % both ways.
+WIDE_THREADS = 512
 
 
 class Plan(NamedTuple):
@@ -35,11 +42,13 @@ def max_vpt(dtype, width, warp=False):
     return 2 * vpt if warp else vpt
 
 
-def plan(rows, n, dtype, width, max_threads, sms, clusters=False):
+def plan(rows, n, dtype, width, max_threads, sms, clusters=False, wide=False):
     """The form and sizes for (rows, n): a warp per row while 32·VPT values hold it; a
     block per row while ``max_threads``·VPT do; with ``clusters`` (sm_90), a cluster of up
-    to 8 blocks per row while their registers hold it and the clusters fill the device;
-    else two passes, or split for fewer rows than half the multiprocessors."""
+    to 8 blocks per row while their registers hold it and the clusters fill the device —
+    with ``wide`` (the device runs clusters of 16), up to 16 blocks of 512 threads, each
+    holding twice the values (:data:`WIDE_THREADS`); else two passes, or split for fewer
+    rows than half the multiprocessors."""
     whole = lambda v: max(pow2_ceil(v), width)  # noqa: E731  (a whole number of vectors)
     if n <= 32 * max_vpt(dtype, 1, warp=True):  # (one value a register: width 1's count)
         return Plan("warp", 32 * max(1, min(4, max_threads // 32)), whole(-(-n // 32)))
@@ -48,11 +57,20 @@ def plan(rows, n, dtype, width, max_threads, sms, clusters=False):
             return Plan("block", threads, whole(-(-n // threads)))
     for threads in (256, 512, 1024) if clusters else ():
         size = -(-n // (threads * max_vpt(dtype, width)))
-        if threads <= max_threads and size <= MAX_CLUSTER:
+        if threads <= max_threads and size <= PORTABLE_CLUSTER:
             vpt = whole(-(-n // (size * threads)))
             size = -(-n // (threads * vpt))  # no empty trailing block
             if rows * size >= sms:
                 return Plan("cluster", threads, vpt, size)
+    # (WIDE_THREADS: 128 registers a thread — twice the values, but not twice the pairs:
+    # 512 threads × 64 float16 values in pairs ran 15 % of copy)
+    most = max_vpt(dtype, width) * (1 if pairs.packed(dtype, width) else 2)
+    size = -(-n // (WIDE_THREADS * most))
+    if wide and WIDE_THREADS <= max_threads and PORTABLE_CLUSTER < size <= MAX_CLUSTER:
+        vpt = whole(-(-n // (size * WIDE_THREADS)))
+        size = -(-n // (WIDE_THREADS * vpt))
+        if rows * size >= sms:
+            return Plan("cluster", WIDE_THREADS, vpt, size)
     threads = 1024
     while threads > max_threads:
         threads //= 2
@@ -86,9 +104,9 @@ def launch(mode, dy, y, dx, stream=0, plan_=None):
     dtype = y.dtype
     limits = launcher.device_limits()
     max_threads = limits.max_threads
+    clusters = wide = tuple(limits.cc) >= (9, 0)
     while True:
-        p = plan_ or plan(rows, n, dtype, width, max_threads, limits.sms,
-                          tuple(limits.cc) >= (9, 0))
+        p = plan_ or plan(rows, n, dtype, width, max_threads, limits.sms, clusters, wide)
         ks = kernels_for(p, dtype, mode, width)
         arrays = (dy, y, dx)
         if pairs.packed(dtype, width) and p.form in ("block", "cluster"):  # (held in pairs)
@@ -101,10 +119,16 @@ def launch(mode, dy, y, dx, stream=0, plan_=None):
             splits = -(-n // piece)  # no empty trailing pieces
             ws = scratch((rows, splits), accumulator(dtype).name, stream, "row sums")
             args = [(dy, y, piece, ws), (dy, y, dx, piece, ws)]
-        fits = min(launcher.max_threads(k, a) for k, a in zip(ks, args))
-        if plan_ is not None or p.threads <= fits:
+        if plan_ is not None:
             break
-        max_threads = fits  # registers allow fewer threads: plan again within them
+        fits = min(launcher.max_threads(k, a) for k, a in zip(ks, args))
+        if p.threads > fits:
+            max_threads = fits  # registers allow fewer threads: plan again within them
+        elif p.form == "cluster" and p.splits > PORTABLE_CLUSTER and not launcher.cluster_fits(
+                ks[0], args[0], p.threads, p.splits):
+            wide = False  # the device does not run clusters this wide: plan within 8
+        else:
+            break
     size = p.splits if p.form == "cluster" else 1
     held = {"warp": 32, "block": p.threads, "cluster": p.threads * size}.get(p.form)
     if held is not None and held * p.vpt < n:
