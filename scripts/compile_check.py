@@ -403,7 +403,8 @@ def _backward():
             ("f16", (256, 32, 256, 8, 8, True), "bf16", "1024x65536 cluster 8x256 vpt32 (bits)"),
             ("bf16", (256, 32, 256, 8, 8, True), "bf16", "1024x65536 cluster 8x256 vpt32"),
             ("f32", (512, 32, 512, 4, 16, True), "f32", "256x262144 cluster 16x512 vpt32"),
-            ("bf16", (512, 64, 512, 8, 16, True), "bf16", "256x524288 cluster 16x512 vpt64")):
+            ("bf16", (512, 32, 512, 8, 16, True), "bf16", "256x262144 cluster 16x512 vpt32"),
+            ("f64", (512, 16, 512, 2, 8, True), "f64", "1024x65536 cluster 8x512 vpt16")):
         out.append(Entry("softmax_backward", f"{d} {cfg}", ONE, (NP[d], SOFTMAX) + a, three(ST[arrays]),
                          block=a[0]))
     out.append(Entry("softmax_backward", "f32 4096x8192 block 512 vpt16 log_softmax", ONE,

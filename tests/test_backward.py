@@ -231,16 +231,15 @@ def test_cluster_form(dtype, name, rows, n, plan):
 @pytest.mark.parametrize("name", list(MODES))
 def test_wide_cluster_form(dtype, name):
     """A cluster of more than 8 blocks a row (the non-portable sizes, opted in by the
-    launcher): the sums of 12 blocks (simulator) or 15–16 (GPU: the default plans of
-    float32 and float64 rows past what 8 blocks hold; 16-bit rows there stay in 8)."""
+    launcher): the sums of 12 blocks (simulator) or 15–16 (GPU: the default plans, 512
+    threads holding 64 registers of values — float32 rows past what 8 blocks hold)."""
     if not SIMULATOR and tuple(KS.launcher.device_limits().cc) < (9, 0):
         pytest.skip("no thread-block clusters on this device")
     if SIMULATOR:
         rows, n, plan = 1, 3001, KS.Plan("cluster", 32, 8, 12)
     else:
         rows, n, plan = 37, {F32: 250001, F64: 120001}.get(dtype, 250001), None
-        if dtype in (F32, F64):
-            assert KS.plan(rows, n, dtype, 1, 1024, 132, True, True).splits in (15, 16)
+        assert KS.plan(rows, n, dtype, 1, 1024, 132, True, True).splits in (15, 16)
     check_rows(name, dtype, rows, n, plan)
 
 
@@ -295,8 +294,10 @@ def test_plan_picks_by_row_length():
     # fill the device
     assert KS.plan(100, 65536, F32, 4, 1024, 132, True) == KS.Plan("cluster", 512, 16, 8)
     assert KS.plan(100, 20000, F32, 4, 1024, 132, True) == KS.Plan("cluster", 256, 16, 5)
-    assert KS.plan(100, 131072, F32, 4, 1024, 132, True) == KS.Plan("cluster", 1024, 16, 8)
-    assert KS.plan(100, 65536, F64, 2, 1024, 132, True) == KS.Plan("cluster", 1024, 8, 8)
+    assert KS.plan(100, 100000, F32, 4, 1024, 132, True) == KS.Plan("cluster", 1024, 16, 7)
+    # 512 threads holding 64 registers of values where the cluster fills GPCs: 8 blocks
+    assert KS.plan(100, 131072, F32, 4, 1024, 132, True) == KS.Plan("cluster", 512, 32, 8)
+    assert KS.plan(100, 65536, F64, 2, 1024, 132, True) == KS.Plan("cluster", 512, 16, 8)
     assert KS.plan(100, 131073, F32, 4, 1024, 132, True).form == "two_pass"  # too long
     assert KS.plan(8, 65536, F32, 4, 1024, 132, True).form == "split"  # 64 blocks: too few
     # float16 / bfloat16: pairs in a block or a cluster, not in a warp (64-value lanes
@@ -305,9 +306,10 @@ def test_plan_picks_by_row_length():
     assert KS.plan(100, 2048, F16, 8, 1024, 132, True) == KS.Plan("block", 64, 32)
     assert KS.plan(100, 8192, F16, 8, 1024, 132, True) == KS.Plan("block", 256, 32)
     assert KS.plan(100, 262144, F16, 8, 1024, 132, True) == KS.Plan("cluster", 1024, 32, 8)
-    # where the device runs clusters of 16 (``wide``): 16 blocks of 512 threads holding
-    # twice the values, only past what 8 blocks hold
-    assert KS.plan(100, 131072, F32, 4, 1024, 132, True, True) == KS.Plan("cluster", 1024, 16, 8)
+    # where the device runs clusters of 16 (``wide``): 15–16 such blocks (one a GPC)
+    # before 8 of 1024, and any number up to 16 before two passes
+    assert KS.plan(100, 262144, F16, 8, 1024, 132, True, True) == KS.Plan("cluster", 512, 32, 16)
+    assert KS.plan(100, 163840, F16, 8, 1024, 132, True, True) == KS.Plan("cluster", 1024, 32, 5)
     assert KS.plan(100, 131073, F32, 4, 1024, 132, True, True) == KS.Plan("cluster", 512, 32, 9)
     assert KS.plan(256, 262144, F32, 4, 1024, 132, True, True) == KS.Plan("cluster", 512, 32, 16)
     assert KS.plan(256, 262145, F32, 4, 1024, 132, True, True).form == "two_pass"

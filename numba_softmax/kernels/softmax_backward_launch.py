@@ -13,11 +13,17 @@ from .launcher import PORTABLE_CLUSTER, scratch
 from .softmax_backward import CHUNK_VPT, MAX_CLUSTER, MAX_VPT, one_pass, split, two_pass
 
 
-# Past 8 blocks a row (H200, float32, kernel time, % of a same-size copy): 256 × 262144 in
-# 16 blocks of 512 threads × 32 values 79 %, of 1024 × 16 77 %, two passes 62 %.  One
-# block a multiprocessor, so a cluster of S takes S of a GPC's ~16: 15 blocks 79 %, 12
-# 73 %, 10 66 %; a ragged 13 (n = 200000) 62 %, as two passes.  float64 62 % both ways.
+# Clusters of 512-thread blocks holding 64 registers of values a thread (H200, kernel
+# time, % of a same-size copy).  One block a multiprocessor, so a cluster of S blocks
+# takes S of a GPC's ~16: two of 8 or one of 15–16 fill it.  Against the plans of 8
+# blocks of 1024: float32 512 × 131072 95 against 92 %, float64 1024 × 65536 76 / 65,
+# bfloat16 256 × 262144 88 / 84, float16 512 × 245760 89 / 67; not where they leave a
+# GPC part-empty: float16 512 × 163840 in 10 blocks 45 % against 5 of 1024 85 %, float32
+# 1024 × 100000 in 7 blocks 68 / 70.  Past 8 blocks of 1024, float32: 256 × 262144 in
+# 16 blocks 79 % (two passes 62 %), 15 blocks 79 %, 12 73 %, 10 66 %, a ragged 13
+# (n = 200000) 62 % as two passes; float64 256 × 131072 62 % both ways.
 WIDE_THREADS = 512
+FULL_GPC = 15  # blocks of one block a multiprocessor that fill a GPC (H100/H200: 16–18)
 
 
 class Plan(NamedTuple):
@@ -44,17 +50,20 @@ def max_vpt(dtype, width, warp=False):
 
 def plan(rows, n, dtype, width, max_threads, sms, clusters=False, wide=False):
     """The form and sizes for (rows, n): a warp per row while 32·VPT values hold it; a
-    block per row while ``max_threads``·VPT do; with ``clusters`` (sm_90), a cluster of up
-    to 8 blocks per row while their registers hold it and the clusters fill the device —
-    with ``wide`` (the device runs clusters of 16), up to 16 blocks of 512 threads, each
-    holding twice the values (:data:`WIDE_THREADS`); else two passes, or split for fewer
-    rows than half the multiprocessors."""
+    block per row while ``max_threads``·VPT do; with ``clusters`` (sm_90), a cluster per
+    row while the registers of its blocks hold it and the clusters fill the device —
+    :func:`filled` where it fills whole GPCs, else up to 8 blocks of 256–1024 threads,
+    else (``wide``: the device runs clusters of 16) :func:`filled` up to 16 blocks; else
+    two passes, or split for fewer rows than half the multiprocessors."""
     whole = lambda v: max(pow2_ceil(v), width)  # noqa: E731  (a whole number of vectors)
     if n <= 32 * max_vpt(dtype, 1, warp=True):  # (one value a register: width 1's count)
         return Plan("warp", 32 * max(1, min(4, max_threads // 32)), whole(-(-n // 32)))
     for threads in (64, 128, 256, 512, 1024):
         if threads <= max_threads and n <= threads * max_vpt(dtype, width):
             return Plan("block", threads, whole(-(-n // threads)))
+    fill = filled(rows, n, dtype, width, max_threads, sms) if clusters else None
+    if fill and (fill.splits == PORTABLE_CLUSTER or (wide and fill.splits >= FULL_GPC)):
+        return fill
     for threads in (256, 512, 1024) if clusters else ():
         size = -(-n // (threads * max_vpt(dtype, width)))
         if threads <= max_threads and size <= PORTABLE_CLUSTER:
@@ -62,15 +71,8 @@ def plan(rows, n, dtype, width, max_threads, sms, clusters=False, wide=False):
             size = -(-n // (threads * vpt))  # no empty trailing block
             if rows * size >= sms:
                 return Plan("cluster", threads, vpt, size)
-    # (WIDE_THREADS: 128 registers a thread — twice the values, but not twice the pairs:
-    # 512 threads × 64 float16 values in pairs ran 15 % of copy)
-    most = max_vpt(dtype, width) * (1 if pairs.packed(dtype, width) else 2)
-    size = -(-n // (WIDE_THREADS * most))
-    if wide and WIDE_THREADS <= max_threads and PORTABLE_CLUSTER < size <= MAX_CLUSTER:
-        vpt = whole(-(-n // (size * WIDE_THREADS)))
-        size = -(-n // (WIDE_THREADS * vpt))
-        if rows * size >= sms:
-            return Plan("cluster", WIDE_THREADS, vpt, size)
+    if fill and wide and fill.splits > PORTABLE_CLUSTER:  # (still fewer bytes than two passes)
+        return fill
     threads = 1024
     while threads > max_threads:
         threads //= 2
@@ -78,6 +80,20 @@ def plan(rows, n, dtype, width, max_threads, sms, clusters=False, wide=False):
         return Plan("two_pass", threads)
     chunk = threads * max(CHUNK_VPT, width)
     return Plan("split", threads, splits=max(1, min(-(-n // chunk), -(-4 * sms // rows))))
+
+
+def filled(rows, n, dtype, width, max_threads, sms):
+    """The cluster of :data:`WIDE_THREADS`-thread blocks holding 64 registers of values a
+    thread (float32 32, float64 16, 16-bit pairs 32 — not twice the pairs: 512 × 64
+    float16 values ran 15 % of copy) that holds the row in at most 16 blocks and whose
+    clusters fill the device, or None."""
+    most = max_vpt(dtype, width) * (1 if pairs.packed(dtype, width) else 2)
+    size = -(-n // (WIDE_THREADS * most))
+    if WIDE_THREADS > max_threads or size > MAX_CLUSTER:
+        return None
+    vpt = max(pow2_ceil(-(-n // (size * WIDE_THREADS))), width)
+    size = -(-n // (WIDE_THREADS * vpt))  # no empty trailing block
+    return Plan("cluster", WIDE_THREADS, vpt, size) if rows * size >= sms else None
 
 
 def kernels_for(p, dtype, mode, width):
