@@ -114,12 +114,12 @@ def test_tiles_are_checked():
 
 
 def test_default_tiles_follow_the_grid():
-    """B·Hkv blocks that fill half the device or more: two blocks of 4 warps × 16 keys ×
+    """B·Hkv blocks that fill half the device or more: one block of 8 warps × 16 keys ×
     3 stages a multiprocessor; fewer (a batch of one, split many ways): 8 warps × 16 × 2.
     Both are launchable configurations within the shared memory of one multiprocessor,
     with tiles of 16 keys (inside any page of 16 or more)."""
     many, few = KD.tiles_for(66, 132), KD.tiles_for(8, 132)
-    assert many == dict(warps=4, block_k=16, stages=3)
+    assert many == dict(warps=8, block_k=16, stages=3)
     assert few == dict(warps=8, block_k=16, stages=2)
     assert KD.tiles_for(65, 132) == few
     for tiles in (many, few):

@@ -69,16 +69,17 @@ def _cuda_cores(q, d, dv, packed, paged, width, small, args):
 
 def tiles_for(units, sms):
     """The tensor-core kernel's tiles (:class:`~.decode_tc.Tiles` options) for ``units``
-    blocks before any split.  Measured on an H200 (f1683d1's copy loop, D 128, GQA 32/8,
-    fp16 and bf16; ``scripts/gpu/decode_tc.py --sweep --quick``): with the device
-    filled by B·Hkv alone, 4 warps × 16 keys × 3 stages (two blocks a multiprocessor)
-    were within 2 % of the best dense and paged layout at B 16 × 32K and the best at
-    B 64 × 4K, where 4 × 32 × 2 lost 10 %; with few blocks, split many ways (B 1), 8 warps
-    × 16 keys × 2 stages — also the only 16-key tile that kept pages of 16 at the dense
-    rate there.  Tiles of 16 keys sit inside every page of 16 or more (one table read a
-    tile)."""
+    blocks before any split: 8 warps × 16 keys, tiles of 16 sitting inside every page of
+    16 or more (one table read a tile); 3 stages where B·Hkv alone fills the device, 2
+    where few blocks are split many ways (B 1).  Measured on an H200 (D 128, GQA 32/8,
+    fp16; ``scripts/gpu/decode_tc.py --sweep --quick`` and the twentieth session's runs,
+    NOTES): with the device filled, 8 × 16 × 3 (one block a multiprocessor) beat the
+    sweep's best, 4 × 16 × 3 (two), everywhere — B 16 × 4K 78.7 → 73.5 µs dense, pages of
+    16 / 256 81.2 → 77.4 / 77.5 → 73.2; B 16 × 32K 530 → 521, 544 → 524, 523 → 511;
+    B 64 × 32K 2050 → 2027; B 16 × 128K 2053 → 2044; with B 1 the third stage gained
+    nothing (4K: 16.5 against 16.9 µs; 32K 44.9 / 44.8)."""
     if 2 * units >= sms:
-        return dict(warps=4, block_k=16, stages=3)
+        return dict(warps=8, block_k=16, stages=3)
     return dict(warps=8, block_k=16, stages=2)
 
 
