@@ -21,9 +21,9 @@ which :mod:`.softmax_backward_launch` holds with the one launch function):
                per row up to T·VPT values; on sm_90 a *cluster* of up to 8 blocks per row,
                whose blocks post their sums into each other's shared memory and add them
                in one order — rows up to 131072 float32 or, held in pairs, 262144
-               float16/bfloat16 values; where the device runs clusters of 16 (H100, H200),
-               16 blocks of 512 threads holding twice the values, up to 262144 float32
-               and 524288 float16/bfloat16).  Read y, dy once, write dx once: 3·N·b bytes,
+               float16/bfloat16 values; where the device runs clusters of 16 (H100,
+               H200), up to 16 blocks of 512 threads holding twice the float32 values:
+               rows up to 262144 float32).  Read y, dy once, write dx once: 3·N·b bytes,
                the minimum.
     two pass   the row does not fit: pass 1 streams it for c (reading dy, and y for
                softmax), pass 2 re-reads y and dy and writes dx — walking the chunks in
