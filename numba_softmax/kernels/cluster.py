@@ -229,7 +229,8 @@ def configure(x, y, mode, threads=None, vpt=None, shared=None, size=None, regist
         registers = None if pieces > SHARED_PIECE_MAX else False
     room = cap
     while registers is not False and mode != LOGSUMEXP:
-        fit = register_cut(n, x.dtype, width, room, threads, size, vpt)
+        if room != cap:  # (the first pass: the cut above, made with the same arguments)
+            fit = register_cut(n, x.dtype, width, room, threads, size, vpt)
         if fit is None:
             break
         k = kernel(x.dtype, fit[2], mode, width, fit[1], fit[0], True)
