@@ -8,10 +8,12 @@ with shuffles alone, no shared memory and no barrier; longer rows a team of seve
 warps, up to the whole block.
 
     1. load     each thread reads its VPT values once, into registers;
-    2. state    each thread folds them into its own (m, ℓ): m = max, ℓ = Σ exp(x − m);
+    2. state    each thread folds them into its own (m, ℓ): m = max, ℓ = Σ exp(x − m)
+                (float32 softmax keeps each exp(x − m) in place of x);
     3. combine  the team's states fold into the row's (m, ℓ): a warp butterfly, then
                 (for a team of several warps) one more across them (:mod:`.reduce`);
-    4. write    each thread normalises the values it still holds: exp(x − m)/ℓ.
+    4. write    each thread normalises the values it still holds: exp(x − m)/ℓ (from
+                the kept exps, one multiply a value: exp(x − m_t) · exp(m_t − m)/ℓ).
 
 Memory traffic: read N·b, write N·b bytes for N values of b bytes — the minimum, half of
 the three-pass kernel's 3 reads + 1 write (4·N·b).  (Source: the CuTe kernel of the
@@ -28,7 +30,7 @@ import numpy as np
 from numba import cuda
 
 from . import chunk, jit, launcher, pairs, vector
-from .epilogue import LOGSUMEXP, row_constant
+from .epilogue import LOGSUMEXP, SOFTMAX, row_constant
 from .reduce import team_combine_traced
 
 MAX_VPT = 32  # values per thread held in registers; beyond this they would spill
@@ -46,8 +48,34 @@ def kernel(dtype, vpt, mode, width, team, trace=False, pack=True):
     acc = jit.accumulator(dtype)
     hd = chunk.held(dtype, vpt, width, team, pack)
     slots, slot = hd.slots, hd.slot  # (compile-time constants for the register array)
-    bounds = launch_bounds(team) if pack and pairs.packed(dtype, width) else None
+    keep = mode == SOFTMAX and np.dtype(dtype) == np.float32  # exps kept: see below
+    bounds = launch_bounds(team) if keep or (pack and pairs.packed(dtype, width)) else None
     store = jit.storer(dtype)
+    io = chunk.ops(dtype, vpt, width)
+
+    # float32 softmax keeps exp(v − m_t) in place of v (m_t: the thread's own max), so the
+    # write is one multiply a value — one exp a value, not two (16-bit values held in
+    # pairs would need twice the registers for them; log-softmax and logsumexp need no
+    # exps kept).  H200, float32, % of a same-size copy, kept against recomputed (both
+    # with launch bounds): 2048 × 16384 (512 × 32) 95.0 against 81.4, 16384 × 1024
+    # 98.4–98.6 against 97.4–97.8, 4096 × 8192 unchanged (95.5–96.6).
+    if keep:
+        @jit.device
+        def thread_state(h):
+            return io.exps(h)
+
+        @jit.device
+        def write(h, y, row, n, t, m_t, m, c):
+            io.rescale(h, m_t, m, c)  # exp(v − m)/ℓ = exp(v − m_t) · exp(m_t − m)/ℓ
+            io.store(y, row, 0, n, t, team, h)
+    else:
+        @jit.device
+        def thread_state(h):
+            return hd.state(h)
+
+        @jit.device
+        def write(h, y, row, n, t, m_t, m, c):
+            hd.write(h, y, row, 0, n, t, m, c, mode)  # exp(v − m)/ℓ, the exp taken again
 
     @jit.device
     def fused_rows(x, y, tr):
@@ -60,14 +88,14 @@ def kernel(dtype, vpt, mode, width, team, trace=False, pack=True):
         h = cuda.local.array(slots, slot)  # this thread's values as stored, in registers
 
         hd.load(x, row, 0, n, t, h)  # 1. load: the row is one chunk
-        m, l = hd.state(h)  # 2. this thread's state: its max, then Σ exp(v − max)
-        m, l = team_combine_traced(m, l, m_slots, l_slots, team, tr)  # 3. the row's state
+        m_t, l = thread_state(h)  # 2. this thread's state: its max, then Σ exp(v − max)
+        m, l = team_combine_traced(m_t, l, m_slots, l_slots, team, tr)  # 3. the row's state
         c = row_constant(m, l, acc(1.0), mode)
         if mode == LOGSUMEXP:
             if t == 0 and row < x.shape[0]:
                 y[row, 0] = store(c)
             return
-        hd.write(h, y, row, 0, n, t, m, c, mode)  # 4. exp(v − m)/ℓ from registers, written once
+        write(h, y, row, n, t, m_t, m, c)  # 4. exp(v − m)/ℓ from registers, written once
 
     if trace:
         @jit.kernel
@@ -84,8 +112,9 @@ def kernel(dtype, vpt, mode, width, team, trace=False, pack=True):
 
 
 def launch_bounds(team):
-    """(threads, blocks a multiprocessor) for a kernel holding its values in pairs: 64
-    registers a thread (1024 threads a multiprocessor).  Left alone, ptxas gave a float16
+    """(threads, blocks a multiprocessor) for a kernel holding its values in pairs or its
+    float32 exps: 64 registers a thread (1024 threads a multiprocessor; float32 kept
+    exps at 2048 × 16384: 86.7 % of a same-size copy left alone, 95.0 held to 64).  Left alone, ptxas gave a float16
     row held in pairs 80 registers at 512 × 32 (one block a multiprocessor: 56 % of copy
     at 2048 × 16384, H200); held to 64, 83 % (one value a register, 63: 71 %); held to 40
     (three blocks), it spilled: 42 %."""
