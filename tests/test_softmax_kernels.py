@@ -360,22 +360,36 @@ def test_auto_chooses_by_row_bytes():
     lim = launcher.Limits("some GPU", sms=100, max_threads=1024, shared_optin=227 * 1024,
                           shared_per_sm=228 * 1024, l2_bytes=50 << 20)
     assert methods.choose(1000, 8192, np.float32, lim) == "fused"
+    assert methods.choose(1000, 6144, np.float32, lim) == "fused"  # within 32 KB
+    assert methods.choose(1000, 16384, np.float32, lim) == "fused"  # its registers full
+    assert methods.choose(1000, 14336, np.float32, lim) == "fused"  # 87.5 % full
+    assert methods.choose(1000, 12288, np.float32, lim) == "onchip"  # 75 %
     assert methods.choose(1000, 16384, np.float16, lim) == "fused"
-    assert methods.choose(1000, 16384, np.float32, lim) == "onchip"
-    assert methods.choose(10, 16384, np.float32, lim) == "group"  # too few rows for the SMs
+    assert methods.choose(1000, 8192, np.float64, lim) == "fused"
+    assert methods.choose(1000, 24576, np.float32, lim) == "onchip"  # 96 KB
+    assert methods.choose(10, 12288, np.float32, lim) == "onchip"  # few rows, one block holds it
+    assert methods.choose(10, 65536, np.float32, lim) == "group"  # too long for that
     assert methods.choose(1000, 65536, np.float32, lim) == "group"  # no clusters (cc 0.0)
+    assert methods.choose(1000, 12288, np.float16, lim) == "onchip"  # 16-bit: no onchip entry
+    assert fused.fill(14336) == 0.875 and fused.fill(10240) == 0.625
     hopper = lim._replace(cc=(9, 0))
     assert methods.choose(1000, 65536, np.float32, hopper) == "cluster"  # 8 blocks a row
     assert methods.choose(1000, 262144, np.float32, hopper) == "cluster"  # 8 blocks' registers
     assert methods.choose(1000, 262145, np.float32, hopper) == "group"  # past them and 512 KB
     assert methods.choose(20, 65536, np.float32, hopper) == "group"  # 160 blocks < 2 × 100 SMs
-    assert methods.choose(1000, 16384, np.float32, hopper) == "onchip"
-    entry = methods.fit_crossovers(
-        [dict(n=n, itemsize=4, rows=1, method=m, gbps=g)
-         for n, m, g in [(1024, "fused", 9), (1024, "online", 8), (8192, "fused", 9),
-                         (16384, "onchip", 9), (16384, "fused", 8), (65536, "cluster", 9),
-                         (65536, "group", 8), (262144, "group", 9)]])
-    assert entry == {"fused": 32768, "onchip": 65536, "cluster": 262144}
+    assert methods.choose(10, 12288, np.float32, hopper) == "cluster"  # few short rows
+    assert methods.choose(1000, 24576, np.float32, hopper) == "onchip"
+    assert methods.choose(1000, 32768, np.float32, hopper) == "cluster"  # past 96 KB
+    assert methods.choose(1000, 12288, np.float16, hopper) == "cluster"
+    entries = methods.fit_crossovers(
+        [dict(n=n, itemsize=s, rows=1, method=m, gbps=g)
+         for s, n, m, g in [(4, 1024, "fused", 9), (4, 1024, "online", 8), (4, 8192, "fused", 9),
+                            (4, 16384, "onchip", 9), (4, 16384, "fused", 8),
+                            (4, 65536, "cluster", 9), (4, 65536, "group", 8),
+                            (4, 262144, "group", 9), (2, 8192, "fused", 9),
+                            (2, 16384, "cluster", 9), (2, 16384, "onchip", 8)]])
+    assert entries == {"4": {"fused": 32768, "onchip": 65536, "cluster": 262144},
+                       "2": {"fused": 16384, "onchip": 16384, "cluster": 32768}}
 
 
 @pytest.mark.parametrize("mode", list(REFS))

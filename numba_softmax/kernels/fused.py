@@ -138,10 +138,7 @@ def configure(x, y, mode, threads=None, vpt=None, rows_per_block=None, max_threa
     width = vector.vector_width(x) if mode == LOGSUMEXP else vector.vector_width(x, y)
     pack = pairs.packed(x.dtype, width) and pack is not False
     cap = chunk.pow2_floor(max_threads or 1024)
-    team = threads or 32
-    while not threads and team < 1024 and team * max_vpt(team, x.dtype) < n:
-        team *= 2
-    team = min(team, cap)
+    team = min(threads or default_team(n, x.dtype), cap)
     while True:
         fit = max(vpt or fit_vpt(n, team, x.dtype), width)
         if team * fit < n or fit % width or fit > max_vpt(team, x.dtype):
@@ -182,6 +179,24 @@ def max_vpt(threads, dtype=np.float32):
 def max_row(max_threads, dtype=np.float32):
     """The longest row the fused kernel takes with teams of at most ``max_threads``."""
     return max(t * max_vpt(t, dtype) for t in (32, 64, 128, 256, 512, 1024) if t <= max_threads)
+
+
+def default_team(n, dtype=np.float32):
+    """The smallest team (a power of two, 32 … 1024 threads) that holds a row of n values
+    at :func:`max_vpt` values a thread."""
+    team = 32
+    while team < 1024 and team * max_vpt(team, dtype) < n:
+        team *= 2
+    return team
+
+
+def fill(n, dtype=np.float32):
+    """The share of its default launch's values a row of n fills: n / (team · vpt).  A
+    team of 512 holds 16384 float32 values; two such blocks share a multiprocessor, so a
+    row of 10240 leaves 37.5 % of the bytes a multiprocessor could have in flight unused
+    — where ``auto`` (:func:`.methods.choose`) looks elsewhere."""
+    team = default_team(n, dtype)
+    return n / (team * fit_vpt(n, team, dtype))
 
 
 def fit_vpt(n, threads, dtype=np.float32):

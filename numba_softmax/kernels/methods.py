@@ -19,17 +19,25 @@ The kernels, from the textbook to the roofline (each a chapter of the docs):
                     between blocks
 
 **How "auto" chooses.**  By the row's size in bytes, against crossovers measured per
-device and kept in ``crossovers.json`` beside this module: ``fused`` while a row is at
-most ``fused`` bytes, then ``onchip`` up to ``onchip`` bytes when there are enough rows
-to give every multiprocessor one, then — on a device with thread-block clusters —
-``cluster`` up to ``cluster`` bytes, or while 8 blocks' registers hold the row
-(:func:`.cluster.register_cut`: 262 144 float32 values), when the clusters' blocks give
-every multiprocessor two, else ``group``.  A device not in the table gets the ``default`` entry, with
-``onchip`` scaled to a third of its shared memory per multiprocessor (three blocks each).
+device and per item size, kept in ``crossovers.json`` beside this module:
 
-**Regenerating the table.**  The benchmark times every kernel method on rows of 1K to
-1M values (float32; ``rows`` chosen so that each input is 256 MB), and hands its rows —
-dicts with ``n``, ``itemsize``, ``rows``, ``method``, ``gbps`` — to
+1. ``fused`` while a row is at most ``fused`` bytes, or when it nearly fills the fused
+   kernel's registers (:func:`.fused.fill` ≥ :data:`FULL`: a row of 10240 float32
+   values in a team of 512 × 32 leaves a third of them idle, and loses);
+2. ``onchip`` up to ``onchip`` bytes when there are enough rows to give every
+   multiprocessor one;
+3. on a device with thread-block clusters, ``cluster`` up to ``cluster`` bytes, or while
+   8 blocks' registers hold the row (:func:`.cluster.register_cut`: 262 144 float32
+   values), when the clusters' blocks give every multiprocessor two — or, whatever the
+   rows, when half of one block's shared memory holds the row;
+4. ``onchip`` for such a short row elsewhere, else ``group``.
+
+A device not in the table gets the ``default`` entry, measured on the H200
+(``docs/algorithms/auto.md``), with ``onchip`` scaled to its shared memory per
+multiprocessor.
+
+**Regenerating the table.**  The benchmark's rows — dicts with ``n``, ``itemsize``,
+``rows``, ``method``, ``gbps``, every kernel method at rows of 1K to 1M values — go to
 :func:`fit_crossovers`, which returns the device's entry; :func:`save_crossovers`
 writes it under the device's name (``numba-softmax bench --crossovers``, to be wired by
 the benchmark).
@@ -42,6 +50,7 @@ each value by the thread that reads it).  ``launch`` re-checks shapes and dtypes
 ``ValueError``/``TypeError``) but cannot see overlaps.
 """
 
+import functools
 import json
 import os
 
@@ -62,33 +71,51 @@ help from the caches: the traffic bound that the benchmark's "% of bound" divide
 _TABLE = os.path.join(os.path.dirname(__file__), "crossovers.json")
 
 
-def crossovers(limits):
-    """The crossover entry for the device ``limits`` describe: its measured one, or the
-    default scaled to its shared memory."""
+FULL = 0.85
+"""The share of its registers a row must fill for ``fused`` past its ``fused`` bytes (H200:
+float32 rows of 14336 and 16384 values, 87.5 and 100 % full, ran at 88–96 % of copy
+against ``onchip``'s 77–91 %; rows of 10240 and 12288, 62.5 and 75 % full, lost by up to
+8 points, and in 16-bit by 15–20 points to ``cluster``)."""
+
+
+@functools.lru_cache(maxsize=1)
+def _table():
     with open(_TABLE) as f:
-        table = json.load(f)
-    entry = table.get(limits.name)
-    if not isinstance(entry, dict):
-        entry = dict(table["default"])
-        entry["onchip"] = limits.shared_per_sm // 3 - onchip.STATIC_SHARED
+        return json.load(f)
+
+
+def crossovers(limits, itemsize=4):
+    """The crossover entry for values of ``itemsize`` bytes on the device ``limits``
+    describe: its measured one, or the default with ``onchip`` scaled to its shared
+    memory."""
+    table = _table()
+    measured = table.get(limits.name, {})
+    if str(itemsize) in measured:
+        return dict(measured[str(itemsize)])
+    default = table["default"]
+    entry = dict(default[str(itemsize)])
+    entry["onchip"] = entry["onchip"] * limits.shared_per_sm // default["shared_per_sm"]
     return entry
 
 
 def choose(rows, n, dtype, limits):
     """The kernel ``auto`` runs for (rows, n) values of ``dtype`` on the device of
-    ``limits`` (:func:`.launcher.device_limits`)."""
-    row_bytes = n * np.dtype(dtype).itemsize
-    entry = crossovers(limits)
-    if row_bytes <= entry["fused"] and n <= fused.max_row(limits.max_threads, dtype):
+    ``limits`` (:func:`.launcher.device_limits`); the order is the module's."""
+    itemsize = np.dtype(dtype).itemsize
+    row_bytes = n * itemsize
+    entry = crossovers(limits, itemsize)
+    if n <= fused.max_row(limits.max_threads, dtype) and (
+            row_bytes <= entry["fused"] or fused.fill(n, dtype) >= FULL):
         return "fused"
     if row_bytes <= entry["onchip"] and rows >= limits.sms:
         return "onchip"
-    held = row_bytes <= entry.get("cluster", 0) or cluster.register_cut(
+    short = row_bytes <= (limits.shared_optin - onchip.STATIC_SHARED) // 2
+    held = row_bytes <= entry["cluster"] or cluster.register_cut(
         n, dtype, vector.width_for(dtype), limits.max_threads) is not None  # (in registers)
-    if (cluster.supported(limits) and held
-            and rows * cluster.cut(n, np.dtype(dtype).itemsize, 1)[0] >= 2 * limits.sms):
+    if cluster.supported(limits) and held and (
+            short or rows * cluster.cut(n, itemsize, 1)[0] >= 2 * limits.sms):
         return "cluster"
-    return "group"
+    return "onchip" if short else "group"
 
 
 def launch(method, mode, x, y, stream=0):
@@ -135,34 +162,40 @@ def traffic(method, rows, n, itemsize, limits=None):
 
 
 def fit_crossovers(measurements):
-    """A device's crossover entry from benchmark rows (dicts with ``n``, ``itemsize``,
-    ``rows``, ``method``, ``gbps``): ``fused`` — the longest row (bytes) up to which
-    ``fused`` wins every measured length; ``onchip`` — likewise for ``onchip`` among the
-    longer rows (only shapes with at least as many rows as multiprocessors count for it,
-    which the caller ensures by its choice of shapes); ``cluster`` likewise after it."""
+    """A device's crossover entries from benchmark rows (dicts with ``n``, ``itemsize``,
+    ``rows``, ``method``, ``gbps``), one an item size: ``fused`` — the longest row (bytes)
+    up to which ``fused`` wins every measured length; ``onchip`` — likewise for
+    ``onchip`` among the longer rows (only shapes with at least as many rows as
+    multiprocessors count for it, which the caller ensures by its choice of shapes);
+    ``cluster`` likewise after it."""
     best = {}
     for r in measurements:
-        key = int(r["n"]) * int(r["itemsize"])
+        key = (str(int(r["itemsize"])), int(r["n"]) * int(r["itemsize"]))
         if key not in best or float(r["gbps"]) > best[key][0]:
             best[key] = (float(r["gbps"]), r["method"])
-    entry = {"fused": 0, "onchip": 0, "cluster": 0}
-    before = 0
-    for name in entry:
-        for key in sorted(best):
-            if key <= before:
-                continue
-            if best[key][1] != name:
-                break
-            entry[name] = key
-        entry[name] = before = max(entry[name], before)
-    return entry
+    entries = {}
+    for size in sorted({k[0] for k in best}):
+        entry = {"fused": 0, "onchip": 0, "cluster": 0}
+        before = 0
+        for name in entry:
+            for key in sorted(k[1] for k in best if k[0] == size):
+                if key <= before:
+                    continue
+                if best[size, key][1] != name:
+                    break
+                entry[name] = key
+            entry[name] = before = max(entry[name], before)
+        entries[size] = entry
+    return entries
 
 
-def save_crossovers(device_name, entry):
-    """Write ``entry`` (from :func:`fit_crossovers`) into ``crossovers.json``."""
+def save_crossovers(device_name, entries):
+    """Write ``entries`` (from :func:`fit_crossovers`) into ``crossovers.json``."""
     with open(_TABLE) as f:
         table = json.load(f)
-    table[device_name] = {k: int(entry[k]) for k in ("fused", "onchip", "cluster")}
+    table[device_name] = {size: {k: int(e[k]) for k in ("fused", "onchip", "cluster")}
+                          for size, e in entries.items()}
     with open(_TABLE, "w") as f:
         json.dump(table, f, indent=2, sort_keys=True)
         f.write("\n")
+    _table.cache_clear()

@@ -4,6 +4,7 @@
 
     git archive <commit> numba_softmax | tar -x -C scratch_ab/old   # an ignored folder
     python scripts/gpu/softmax_ab.py scratch_ab/old old; python scripts/gpu/softmax_ab.py . new
+    python scripts/gpu/softmax_ab.py . new float32     # a third argument: only that dtype's cases
 
 For each case (shape, dtype, method — fused, cluster, online, group, ``auto``): a
 device-to-device copy of the same bytes (torch ``copy_``), then the method through
@@ -20,6 +21,7 @@ import sys
 
 root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 label = sys.argv[2] if len(sys.argv) > 2 else "this"
+only = sys.argv[3] if len(sys.argv) > 3 else None
 sys.path.insert(0, os.path.abspath(root))
 sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))
 
@@ -38,7 +40,8 @@ CASES = [((16384, 1024), "float32", "fused"), ((16384, 1024), "float16", "fused"
          ((256, 262144), "float32", "cluster"), ((256, 262144), "float16", "cluster"),
          ((4096, 8192), "float16", "fused"), ((4096, 8192), "bfloat16", "fused"),
          ((2048, 16384), "bfloat16", "auto"), ((256, 262144), "bfloat16", "cluster"),
-         ((16384, 1024), "float32", "online"), ((1024, 65536), "float32", "group")]
+         ((16384, 1024), "float32", "online"), ((1024, 65536), "float32", "group"),
+         ((2048, 16384), "float32", "fused"), ((2048, 16384), "float32", "onchip")]
 
 
 def main():
@@ -46,6 +49,8 @@ def main():
         sys.exit(f"numba_softmax came from {numba_softmax.__file__}, not from {root}")
     print(f"{label}: {numba_softmax.__file__} on {torch.cuda.get_device_name()}", flush=True)
     for (rows, n), dtype, method in CASES:
+        if only is not None and dtype != only:
+            continue
         r = RowSets(rows, n, getattr(torch, dtype))
         copy = r.copy_gbps()
         r.ys[0].fill_(float("nan"))
