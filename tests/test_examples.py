@@ -197,3 +197,19 @@ def test_examples_use_only_helpers_that_exist():
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                     and node.value.id == "_common"):
                 assert hasattr(_common, node.attr), f"{path.name}: _common.{node.attr} does not exist"
+
+
+def test_12_which_kernel():
+    out = run_example("12_which_kernel.py")
+    picks = table_rows(out, "1. what auto picks")
+    assert len(picks) == 6
+    for row in picks:
+        c = cells(row)
+        assert c[4] in ("fused", "onchip", "cluster", "group"), row
+        errors = [float(e) for e in c[5:] if e != "—"]
+        assert errors and max(errors) < (1e-3 if c[0] == "float16" else 1e-6), row
+        assert c[5 + ("fused", "onchip", "cluster", "group").index(c[4])] != "—"  # auto ran
+    assert [cells(r)[4] for r in picks][-2:] == ["group", "group"]  # past fused and cluster
+    speeds = table_rows(out, "2. % of a device copy")
+    assert len(speeds) == 6 and all(cells(r)[2:6] == ["—"] * 4 for r in speeds)  # no times
+
