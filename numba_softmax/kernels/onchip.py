@@ -45,6 +45,23 @@ U32 = numba.uint32
 
 
 @functools.cache
+def parker(vectors, per_vector, width):
+    """Device function ``park(held, j, src, base, stop, t, team)``: thread t parks the
+    ``vectors`` vectors of a chunk it loaded at ``base`` — ``per_vector`` slots of
+    ``src`` each, vector i covering ``width`` values from base + (t + i·team)·width — at
+    ``held[j + …]``, the vectors that lie inside the range only."""
+
+    @jit.device
+    def park(held, j, src, base, stop, t, team):
+        for i in range(vectors):
+            if base + (t + i * team) * width < stop:
+                for k in range(per_vector):
+                    held[j + U(i * per_vector + k)] = src[i * per_vector + k]
+
+    return park
+
+
+@functools.cache
 def keeper(dtype, vpt, width):
     """Device function ``keep(x, row, start, stop, held, stride, t, team) -> (m, ℓ)``: pass
     1 over x[row, start:stop] that also parks thread t's values in ``held`` (shared
@@ -58,6 +75,7 @@ def keeper(dtype, vpt, width):
     raw = vector.storage_type(dtype)
     fill = pairs.pad_bits(dtype, -math.inf) if raw == numba.uint16 else -math.inf  # −inf, stored
     vectors = vpt // width
+    park = parker(vectors, width, width)
 
     @jit.device
     def keep(x, row, start, stop, held, stride, t, team):
@@ -73,10 +91,7 @@ def keeper(dtype, vpt, width):
                 v[i] = to_acc(bits[i])
             m_chunk, l_chunk = io.state(v)
             m, l = combine_device(m, l, m_chunk, l_chunk)  # the online step, per chunk
-            for i in range(vectors):  # park the vectors that lie inside the range
-                if base + (t + i * team) * width < stop:
-                    for k in range(width):
-                        held[j + U(i * width + k)] = bits[i * width + k]
+            park(held, j, bits, base, stop, t, team)
             base += team * vpt
             j += U(vpt)
         return m, l
@@ -121,6 +136,7 @@ def paired(dtype, vpt, width, team, mode):
     acc = jit.accumulator(dtype)
     hd = chunk.held(dtype, vpt, width, team, True)
     words, vectors, per_vector = hd.slots, vpt // width, width // 2
+    park = parker(vectors, per_vector, width)
 
     @jit.device
     def keep(x, row, start, stop, held, stride, t, team_):
@@ -131,10 +147,7 @@ def paired(dtype, vpt, width, team, mode):
             hd.load(x, row, base, stop, t, h)  # −inf past the end
             m_chunk, l_chunk = hd.state(h)
             m, l = combine_device(m, l, m_chunk, l_chunk)  # the online step, per chunk
-            for i in range(vectors):  # park the vectors' words that lie inside the range
-                if base + (t + i * team) * width < stop:
-                    for k in range(per_vector):
-                        held[j + U(i * per_vector + k)] = h[i * per_vector + k]
+            park(held, j, h, base, stop, t, team)  # the vectors' words
             base += team * vpt
             j += U(words)
         return m, l
