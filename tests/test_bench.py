@@ -143,6 +143,7 @@ def test_every_section_resolves_and_options_parse():
     quick = cli.make_config(cli.parse_args(["--quick", "--reps", "30"]))
     assert quick.mode == "quick" and quick.min_reps == 30 and quick.max_reps >= 30
     assert cli.make_config(cli.parse_args(["--sim-smoke"])).mode == "smoke"
+    assert cli.parse_args(["--crossovers"]).crossovers and "crossovers" in cli.OPT_IN
 
 
 def test_the_triton_peers_compile():
@@ -240,6 +241,23 @@ def test_sim_smoke_end_to_end(tmp_path, capsys):
     assert out.count("device:") == 1  # the header, once
     assert "== softmax ==" in out and "== overhead ==" in out
     assert "topk: skipped" in out or ("topk", "softmax_topk", "kernel") in by
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="on a GPU it takes minutes and saves a table")
+def test_crossovers_measure_fit_and_save_nothing_on_the_simulator(tmp_path, monkeypatch, capsys):
+    """--crossovers runs that section alone (never in a plain run): every on-chip method
+    timed per shape, an entry fitted per item size and printed; the simulator's times
+    mean nothing, so no table is saved."""
+    table = tmp_path / "table.json"
+    monkeypatch.setenv("NUMBA_SOFTMAX_CROSSOVERS", str(table))
+    assert bench.main(["--crossovers", "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "== crossovers ==" in out and "== softmax ==" not in out
+    assert "crossovers, 2-byte values" in out and "crossovers, 4-byte values" in out
+    assert not table.exists()
+    rows = _check_outputs(tmp_path / "out")
+    timed = {(r["impl"], r["dtype"]) for r in rows if r["suite"] == "crossovers"}
+    assert {(m, "float32") for m in ("fused", "onchip", "cluster", "group")} <= timed
 
 
 @pytest.mark.skipif(not SIMULATOR, reason="the simulator's message")

@@ -20,7 +20,8 @@ import pytest
 from numba import cuda
 
 from numba_softmax import reference as R
-from numba_softmax.kernels import cluster, fused, group, launcher, methods, onchip, vector
+from numba_softmax.kernels import (cluster, crossover_table, fused, group, launcher, methods,
+                                   onchip, vector)
 from numba_softmax.kernels.epilogue import LOGSUMEXP, MODES
 
 from _helpers import SIMULATOR, sized
@@ -381,15 +382,54 @@ def test_auto_chooses_by_row_bytes():
     assert methods.choose(1000, 24576, np.float32, hopper) == "onchip"
     assert methods.choose(1000, 32768, np.float32, hopper) == "cluster"  # past 96 KB
     assert methods.choose(1000, 12288, np.float16, hopper) == "cluster"
+
+
+def test_fitting_the_crossovers_runs_the_rule_itself():
+    """fit_crossovers keeps the entry under which ``choose`` picks the fastest measured
+    kernels: here onchip must stop between 48 and 96 KB (cluster wins at 96 KB); fused
+    may be 0 or 32 KB (8192 values fill its registers either way) and cluster anything
+    (its registers hold 256 KB): those stay as they were."""
+    hopper = launcher.Limits("some GPU", sms=100, max_threads=1024, shared_optin=227 * 1024,
+                             shared_per_sm=228 * 1024, l2_bytes=50 << 20, cc=(9, 0))
+    rates = [(8192, "fused", 9), (8192, "onchip", 8), (12288, "onchip", 9), (12288, "fused", 8),
+             (12288, "cluster", 7), (24576, "cluster", 9), (24576, "onchip", 8),
+             (65536, "cluster", 9), (65536, "group", 8)]
     entries = methods.fit_crossovers(
-        [dict(n=n, itemsize=s, rows=1, method=m, gbps=g)
-         for s, n, m, g in [(4, 1024, "fused", 9), (4, 1024, "online", 8), (4, 8192, "fused", 9),
-                            (4, 16384, "onchip", 9), (4, 16384, "fused", 8),
-                            (4, 65536, "cluster", 9), (4, 65536, "group", 8),
-                            (4, 262144, "group", 9), (2, 8192, "fused", 9),
-                            (2, 16384, "cluster", 9), (2, 16384, "onchip", 8)]])
-    assert entries == {"4": {"fused": 32768, "onchip": 65536, "cluster": 262144},
-                       "2": {"fused": 16384, "onchip": 16384, "cluster": 32768}}
+        [dict(n=n, itemsize=4, rows=1000, method=m, gbps=g) for n, m, g in rates], hopper)
+    assert entries == {"4": {"fused": 32768, "onchip": 49152, "cluster": 524288, "score": 1.0}}
+    before, _ = crossover_table.entry(hopper, 4)
+    cases = {(1000, n): {} for n, _, _ in rates}
+    for n, m, g in rates:
+        cases[1000, n][m] = g
+    assert crossover_table.score(cases, hopper, methods.choose, 4, before) == pytest.approx(
+        (3 + 8 / 9) / 4)  # the default entry keeps onchip at 96 KB
+
+
+def test_the_users_crossovers_replace_the_shipped_ones(tmp_path, monkeypatch):
+    """save_crossovers writes this machine's table (NUMBA_SOFTMAX_CROSSOVERS here), whose
+    entry then replaces the default for that device and item size only; a broken file is
+    a clear error naming it."""
+    path = tmp_path / "crossovers.json"
+    monkeypatch.setenv(crossover_table.ENV, str(path))
+    crossover_table.table.cache_clear()
+    lim = launcher.Limits("my GPU", sms=100, max_threads=1024, shared_optin=227 * 1024,
+                          shared_per_sm=228 * 1024, l2_bytes=50 << 20)
+    try:
+        assert crossover_table.entry(lim, 4)[1] == "default"
+        assert methods.choose(1000, 12288, np.float32, lim) == "onchip"
+        mine = {"fused": 1 << 20, "onchip": 0, "cluster": 0}
+        assert methods.save_crossovers("my GPU", {"4": dict(mine, score=0.99)}) == str(path)
+        assert crossover_table.entry(lim, 4) == (mine, "measured")
+        assert crossover_table.entry(lim, 2)[1] == "default"  # other item sizes: as shipped
+        assert crossover_table.entry(lim._replace(name="other GPU"), 4)[1] == "default"
+        assert methods.choose(1000, 12288, np.float32, lim) == "fused"
+        path.write_text("{not json")
+        crossover_table.table.cache_clear()
+        with pytest.raises(ValueError, match="crossovers.json"):
+            methods.choose(1000, 12288, np.float32, lim)
+    finally:
+        monkeypatch.delenv(crossover_table.ENV)
+        crossover_table.table.cache_clear()
 
 
 @pytest.mark.parametrize("mode", list(REFS))

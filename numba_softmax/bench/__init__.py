@@ -3,7 +3,8 @@
 Run it as ``numba-softmax bench`` or ``python -m numba_softmax.bench`` (``--help``):
 ``--quick`` (a subset of every section, about three minutes on an H100 including JIT
 compilation), ``--only NAME[,NAME]`` (some sections), ``--out DIR``, ``--sim-smoke``
-(tiny shapes, every code path, seconds: what the CUDA simulator runs).
+(tiny shapes, every code path, seconds: what the CUDA simulator runs), ``--crossovers``
+(the table ``auto`` chooses by, measured and saved for this GPU: :mod:`.crossovers`).
 
 Sections (:data:`cli.SECTIONS`, one module each; a section whose feature is not in this
 checkout is skipped with a one-line note):
@@ -17,6 +18,9 @@ backward            softmax / log_softmax backward vs torch (:mod:`.backward`)
 attention_backward  vs SDPA backward (:mod:`.backward`)
 topk                fused softmax + top-k vs torch.topk(torch.softmax) (:mod:`.topk`)
 overhead            host time per call, issue 12's table, with its targets (:mod:`.overhead`)
+crossovers          only when named (``--crossovers``): ``fused``, ``onchip``, ``cluster``,
+                    ``group`` at rows of 16–160 KB; fits and saves ``auto``'s table
+                    for this device (:mod:`.crossovers`)
 ==================  ===============================================================
 
 How it measures (:mod:`.timing`, the one timer — the examples and the tour use it too):
@@ -41,13 +45,14 @@ CSV schema
 bandwidth, peaks, timing, mode (and the seconds per section).  Then one row per
 measurement; empty cells where a column does not apply:
 
-suite        bounds | softmax | attention | decode | backward | topk | overhead
+suite        bounds | softmax | attention | decode | backward | topk | overhead |
+             crossovers
 impl         method (three_pass, online, …, auto), ``numba_softmax``, ``split-KV``,
              ``paged``, or the peer (torch, torch.sdpa, cupy, triton tutorial, triton
              seed001, torch.backward, torch.topk(softmax)); overhead: the call
 level        kernel (CUDA events) | call (host clock + synchronisation)
 array        the array kind the call was given: numba | torch | cupy
-dtype        float32 | float16 | bfloat16
+dtype        float32 | float16 | bfloat16 (crossovers: float64 too)
 median_ms    median time of one call, ms (overhead: host time per call)
 min_ms       fastest repeat, ms
 reps         timed repeats (overhead: loops × calls)

@@ -22,7 +22,9 @@ SECTIONS = (
     ("attention_backward", "backward:run_attention"),
     ("topk", "topk:run"),
     ("overhead", "overhead:run"),
+    ("crossovers", "crossovers:run"),
 )
+OPT_IN = ("crossovers",)  # run only when named (--only or --crossovers): it saves a table
 BOUNDS = ("bounds", "bounds:run")
 STOPPED = 3  # exit status when a figure was impossible
 # The simulator's times are host-clock times of Python threads, and the ratio of two of them
@@ -76,6 +78,10 @@ def parse_args(argv=None):
                    help="a subset of every section, sized to finish in about 3 minutes on an H100")
     p.add_argument("--only", type=_sections, metavar="NAME[,NAME]",
                    help="run only these sections (the copy/read bounds always run)")
+    p.add_argument("--crossovers", action="store_true",
+                   help="measure where each on-chip softmax kernel wins on this GPU, fit the "
+                        "table 'auto' chooses by and save it for this device (about 4 "
+                        "minutes; the same as --only crossovers)")
     p.add_argument("--fp16", action="store_true",
                    help="(kept for old command lines: float16 and bfloat16 are always measured)")
     p.add_argument("--out", default="bench-out", help="output folder (default: bench-out/)")
@@ -122,7 +128,10 @@ def main(argv=None):
     peaks = env.peaks(sim)
     b.bounds.dram_gbps, b.bounds.tflops = peaks["dram_gbps"], peaks["tflops"]
 
-    chosen = [(n, s) for n, s in SECTIONS if args.only is None or n in args.only]
+    if args.crossovers:
+        args.only = sorted(set(args.only or []) | {"crossovers"})
+    chosen = [(n, s) for n, s in SECTIONS
+              if (n in args.only if args.only else n not in OPT_IN)]
     times, start = {}, time.perf_counter()
     for name, spec in [BOUNDS] + chosen:
         t0 = time.perf_counter()

@@ -16,8 +16,9 @@ from . import env
 from .results import Bounds, Result
 from .timing import Timer, buffer_sets
 
-NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
-ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16,
+                "float64": np.float64}
+ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
 
 @dataclasses.dataclass

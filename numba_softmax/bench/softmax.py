@@ -28,7 +28,7 @@ QUICK = {"float32": ((16384, 1024), (4096, 8192), (1024, 65536), (256, 262144),
                      (1, 16777216)),  # 1024 × 65536: rows past one block (cluster, group)
          "float16": ((16384, 1024), (1024, 65536), (256, 262144)),
          "bfloat16": ((16384, 1024), (256, 262144))}
-TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # max |p − p_fp32|
+TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2, "float64": 1e-5}  # max |p − p_fp32|
 
 
 def cases(b):

@@ -19,7 +19,8 @@ The kernels, from the textbook to the roofline (each a chapter of the docs):
                     between blocks
 
 **How "auto" chooses.**  By the row's size in bytes, against crossovers measured per
-device and per item size, kept in ``crossovers.json`` beside this module:
+device and per item size (:mod:`.crossover_table`: ``crossovers.json`` beside this
+module, and the user's own measurements on top):
 
 1. ``fused`` while a row is at most ``fused`` bytes, or when it nearly fills the fused
    kernel's registers (:func:`.fused.fill` ≥ :data:`FULL`: a row of 10240 float32
@@ -36,11 +37,11 @@ A device not in the table gets the ``default`` entry, measured on the H200
 (``docs/algorithms/auto.md``), with ``onchip`` scaled to its shared memory per
 multiprocessor.
 
-**Regenerating the table.**  The benchmark's rows — dicts with ``n``, ``itemsize``,
-``rows``, ``method``, ``gbps``, every kernel method at rows of 1K to 1M values — go to
-:func:`fit_crossovers`, which returns the device's entry; :func:`save_crossovers`
-writes it under the device's name (``numba-softmax bench --crossovers``, to be wired by
-the benchmark).
+**Regenerating the table.**  ``numba-softmax bench --crossovers`` times ``fused``,
+``onchip``, ``cluster`` and ``group`` at rows of 16–160 KB on the user's GPU;
+:func:`fit_crossovers` takes the entry under which :func:`choose` — this rule — picks
+the fastest kernels on average, and :func:`save_crossovers` keeps it for ``auto`` on
+that machine.
 
 What a caller must have checked before :func:`launch`: ``x`` a 2-D device array of
 float16, float32, float64 or uint16 (bfloat16 bits), any strides; ``y`` of the same
@@ -50,12 +51,9 @@ each value by the thread that reads it).  ``launch`` re-checks shapes and dtypes
 ``ValueError``/``TypeError``) but cannot see overlaps.
 """
 
-import functools
-import json
-import os
-
 import numpy as np
 
+from . import crossover_table as table
 from . import cluster, fused, group, launcher, online, onchip, split, three_pass, vector
 from .epilogue import LOGSUMEXP, MODES
 
@@ -68,9 +66,6 @@ PASSES = {"three_pass": 4, "fused": 2, "online": 3, "split": 3, "onchip": 2, "gr
 """Each value's trips through DRAM (reads + writes) by the kernel's own model, with no
 help from the caches: the traffic bound that the benchmark's "% of bound" divides by."""
 
-_TABLE = os.path.join(os.path.dirname(__file__), "crossovers.json")
-
-
 FULL = 0.85
 """The share of its registers a row must fill for ``fused`` past its ``fused`` bytes (H200:
 float32 rows of 14336 and 16384 values, 87.5 and 100 % full, ran at 88–96 % of copy
@@ -78,32 +73,19 @@ against ``onchip``'s 77–91 %; rows of 10240 and 12288, 62.5 and 75 % full, los
 8 points, and in 16-bit by 15–20 points to ``cluster``)."""
 
 
-@functools.lru_cache(maxsize=1)
-def _table():
-    with open(_TABLE) as f:
-        return json.load(f)
-
-
 def crossovers(limits, itemsize=4):
     """The crossover entry for values of ``itemsize`` bytes on the device ``limits``
-    describe: its measured one, or the default with ``onchip`` scaled to its shared
-    memory."""
-    table = _table()
-    measured = table.get(limits.name, {})
-    if str(itemsize) in measured:
-        return dict(measured[str(itemsize)])
-    default = table["default"]
-    entry = dict(default[str(itemsize)])
-    entry["onchip"] = entry["onchip"] * limits.shared_per_sm // default["shared_per_sm"]
-    return entry
+    describe (:func:`.crossover_table.entry`: its measured one, or the default scaled)."""
+    return table.entry(limits, itemsize)[0]
 
 
-def choose(rows, n, dtype, limits):
+def choose(rows, n, dtype, limits, entry=None):
     """The kernel ``auto`` runs for (rows, n) values of ``dtype`` on the device of
-    ``limits`` (:func:`.launcher.device_limits`); the order is the module's."""
+    ``limits`` (:func:`.launcher.device_limits`); the order is the module's.  ``entry``:
+    crossovers to use instead of the device's (:func:`fit_crossovers` tries them)."""
     itemsize = np.dtype(dtype).itemsize
     row_bytes = n * itemsize
-    entry = crossovers(limits, itemsize)
+    entry = entry or crossovers(limits, itemsize)
     if n <= fused.max_row(limits.max_threads, dtype) and (
             row_bytes <= entry["fused"] or fused.fill(n, dtype) >= FULL):
         return "fused"
@@ -161,41 +143,14 @@ def traffic(method, rows, n, itemsize, limits=None):
     return PASSES[method] * rows * n * itemsize
 
 
-def fit_crossovers(measurements):
-    """A device's crossover entries from benchmark rows (dicts with ``n``, ``itemsize``,
-    ``rows``, ``method``, ``gbps``), one an item size: ``fused`` — the longest row (bytes)
-    up to which ``fused`` wins every measured length; ``onchip`` — likewise for
-    ``onchip`` among the longer rows (only shapes with at least as many rows as
-    multiprocessors count for it, which the caller ensures by its choice of shapes);
-    ``cluster`` likewise after it."""
-    best = {}
-    for r in measurements:
-        key = (str(int(r["itemsize"])), int(r["n"]) * int(r["itemsize"]))
-        if key not in best or float(r["gbps"]) > best[key][0]:
-            best[key] = (float(r["gbps"]), r["method"])
-    entries = {}
-    for size in sorted({k[0] for k in best}):
-        entry = {"fused": 0, "onchip": 0, "cluster": 0}
-        before = 0
-        for name in entry:
-            for key in sorted(k[1] for k in best if k[0] == size):
-                if key <= before:
-                    continue
-                if best[size, key][1] != name:
-                    break
-                entry[name] = key
-            entry[name] = before = max(entry[name], before)
-        entries[size] = entry
-    return entries
+def fit_crossovers(measurements, limits):
+    """A device's crossover entries from benchmark rows (dicts with ``rows``, ``n``,
+    ``itemsize``, ``method``, ``gbps``): for each item size the entry under which
+    :func:`choose` picks the fastest kernels on average (:func:`.crossover_table.fit`)."""
+    return table.fit(measurements, limits, choose)
 
 
-def save_crossovers(device_name, entries):
-    """Write ``entries`` (from :func:`fit_crossovers`) into ``crossovers.json``."""
-    with open(_TABLE) as f:
-        table = json.load(f)
-    table[device_name] = {size: {k: int(e[k]) for k in ("fused", "onchip", "cluster")}
-                          for size, e in entries.items()}
-    with open(_TABLE, "w") as f:
-        json.dump(table, f, indent=2, sort_keys=True)
-        f.write("\n")
-    _table.cache_clear()
+def save_crossovers(device_name, entries, path=None):
+    """Keep ``entries`` for ``device_name`` in this machine's table
+    (:func:`.crossover_table.save`); returns the file's path."""
+    return table.save(device_name, entries, path)
