@@ -5,10 +5,12 @@ Seven kernels compute the same softmax.  Three keep a row on chip and compete fo
 ``onchip`` (one block's shared memory) and ``cluster`` (a thread-block cluster's, sm_90);
 ``group`` (blocks meeting through global memory) takes the rest.  ``method="auto"`` picks
 one from the row's bytes, its item size and the number of rows, against a table measured
-on an H200 (``numba_softmax/kernels/crossovers.json``, ``docs/algorithms/auto.md``).
+on an H200 (``numba_softmax/kernels/crossovers.json``, ``docs/algorithms/auto.md``;
+``numba-softmax bench --crossovers`` measures it on your own GPU).
 
-  table 1  per shape: the row's bytes, the share of ``fused``'s registers it would fill
-           (past 32 KB the table asks for 85 %), ``auto``'s pick, and each method's
+  table 1  per shape: the row's bytes, the share of a multiprocessor's register slots
+           ``fused``'s blocks of such rows would fill (past 32 KB the rule asks for
+           80 %), ``auto``'s pick, and each method's
            largest error against the float64 NumPy softmax ("—": it does not take the
            shape);
   table 2  on a GPU: each method's kernel time as % of a device copy of the same bytes

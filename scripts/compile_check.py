@@ -615,8 +615,9 @@ def compile_entry(e, ptx_dir=None, as_linked=False):
         with open(f"{d}/k.ptx", "w") as f:
             f.write(ptx)
         relocatable = ["-c"] if "cudaCGGetIntrinsicHandle" in ptx else []  # cooperative
-        r = subprocess.run(["ptxas", f"-arch=sm_{CC[0]}{CC[1]}", "-v", *relocatable, f"{d}/k.ptx",
-                            "-o", f"{d}/k.cubin"], capture_output=True, text=True)
+        cap = [f"-maxrregcount={opts['max_registers']}"] if opts.get("max_registers") else []
+        r = subprocess.run(["ptxas", f"-arch=sm_{CC[0]}{CC[1]}", "-v", *relocatable, *cap,
+                            f"{d}/k.ptx", "-o", f"{d}/k.cubin"], capture_output=True, text=True)
         report = r.stdout + r.stderr
         if ptx_dir:
             base = os.path.join(ptx_dir, re.sub(r"[^A-Za-z0-9_.-]+", "_", e.key))

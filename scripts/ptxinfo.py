@@ -32,7 +32,8 @@ ptx = ptx.replace(".version 9.5", ".version 9.0")
 d = tempfile.mkdtemp()
 open(f"{d}/k.ptx", "w").write(ptx)
 relocatable = ["-c"] if "cudaCGGetIntrinsicHandle" in ptx else []
-r = subprocess.run(["ptxas", "-arch=sm_90", "-v", *relocatable, f"{d}/k.ptx", "-o", f"{d}/k.cubin"],
+cap = [f"-maxrregcount={k.targetoptions['max_registers']}"] if k.targetoptions.get("max_registers") else []
+r = subprocess.run(["ptxas", "-arch=sm_90", "-v", *relocatable, *cap, f"{d}/k.ptx", "-o", f"{d}/k.cubin"],
                    capture_output=True, text=True)
 print(r.stdout + r.stderr)
 print("ptx:", f"{d}/k.ptx")

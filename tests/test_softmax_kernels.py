@@ -153,6 +153,34 @@ def test_fused_at_its_thresholds(n, fits):
     fits_or_refused("fused", n, fits, max_threads=T)
 
 
+@pytest.mark.parametrize("mode", list(REFS))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fused_takes_a_team_of_whole_warps(dtype, mode, monkeypatch):
+    """The default team is the fewest whole warps that hold the row at the most values a
+    thread — three warps, not a power of two, for rows of 3·32·most − 5 values (so that
+    more rows fit a multiprocessor, fused.fill); −inf where the warps meet, ragged end.
+    (The simulator's blocks stop at 64 threads: here they may have 128.)"""
+    monkeypatch.setattr(launcher, "max_threads", lambda kernel, args: 128)
+    most = fused.max_vpt(32, np.float64 if dtype == "float64" else np.float32)
+    n = 3 * 32 * most - 5
+    values = np.random.default_rng().standard_normal((2, n)) * 3
+    values[0, [0, 32 * most - 1, 64 * most]] = -np.inf
+    x, exact = stored(values, dtype)
+    xd = cuda.to_device(x)
+    y = cuda.device_array((2, 1 if mode == "logsumexp" else n), xd.dtype)
+    assert fused.configure(xd, y, MODES[mode]).team == 96
+    check(run("fused", mode, x, dtype), exact, mode, dtype)
+
+
+def test_fused_fill_counts_rows_a_multiprocessor_holds():
+    """fill: blocks a multiprocessor (1024 threads) × n over 1024 × 32 float32 values."""
+    assert fused.default_team(10240) == 320 and fused.default_team(10240, exact=False) == 512
+    assert fused.default_team(16384) == 512 and fused.default_team(1000) == 32
+    assert fused.fill(16384) == 1.0 and fused.fill(14336) == 0.875
+    assert fused.fill(12288) == 0.75 and fused.fill(10240) == 0.9375
+    assert fused.fill(8192, np.float64) == 1.0 and fused.fill(6144, np.float64) == 0.75
+
+
 @pytest.mark.parametrize("n", [256, 257, 512, 513])
 def test_online_at_its_thresholds(n):
     """A one-warp team up to 32 × 8 values, two warps beyond; one chunk up to 64 × 8,
@@ -320,8 +348,9 @@ def test_streaming_teams_narrow_where_rows_fill_the_device(monkeypatch, module, 
 def test_no_launch_exceeds_the_kernels_thread_limit(monkeypatch, limit):
     """With ``max_threads`` mocked to return ``limit`` (a kernel whose registers allow
     only that many), every method × dtype × shape launches blocks of at most that many
-    threads (a power of two: teams divide blocks), grids that cover every row, and a
-    cooperative grid no larger than the device holds at once."""
+    threads (a power of two: teams divide blocks — fused: whole warps, a team a block),
+    grids that cover every row, and a cooperative grid no larger than the device holds
+    at once."""
     launches = []
     limits = launcher.Limits("an H100", sms=132, max_threads=1024, shared_optin=232448,
                              shared_per_sm=233472, l2_bytes=50 << 20, cc=(9, 0))
@@ -345,7 +374,8 @@ def test_no_launch_exceeds_the_kernels_thread_limit(monkeypatch, limit):
                         continue
                     assert launches, method
                     for k, grid, block, args, shared, size in launches:
-                        assert block <= limit and block & (block - 1) == 0, (method, block)
+                        whole = block % 32 == 0 if method == "fused" else block & (block - 1) == 0
+                        assert block <= limit and whole, (method, block)
                         assert shared <= limits.shared_optin
                         if method in ("three_pass", "online"):
                             team = args[2]
@@ -365,6 +395,9 @@ def test_auto_chooses_by_row_bytes():
     assert methods.choose(1000, 16384, np.float32, lim) == "fused"  # its registers full
     assert methods.choose(1000, 14336, np.float32, lim) == "fused"  # 87.5 % full
     assert methods.choose(1000, 12288, np.float32, lim) == "onchip"  # 75 %
+    assert methods.choose(1000, 10240, np.float32, lim) == "fused"  # 3 blocks of 320: 94 %
+    assert methods.choose(1000, 9216, np.float32, lim) == "fused"  # 3 blocks of 288: 84 %
+    assert methods.choose(1000, 6144, np.float64, lim) == "fused"  # within 48 KB
     assert methods.choose(1000, 16384, np.float16, lim) == "fused"
     assert methods.choose(1000, 8192, np.float64, lim) == "fused"
     assert methods.choose(1000, 24576, np.float32, lim) == "onchip"  # 96 KB
@@ -372,7 +405,7 @@ def test_auto_chooses_by_row_bytes():
     assert methods.choose(10, 65536, np.float32, lim) == "group"  # too long for that
     assert methods.choose(1000, 65536, np.float32, lim) == "group"  # no clusters (cc 0.0)
     assert methods.choose(1000, 12288, np.float16, lim) == "onchip"  # 16-bit: no onchip entry
-    assert fused.fill(14336) == 0.875 and fused.fill(10240) == 0.625
+    assert fused.fill(14336) == 0.875 and fused.fill(12288) == 0.75
     hopper = lim._replace(cc=(9, 0))
     assert methods.choose(1000, 65536, np.float32, hopper) == "cluster"  # 8 blocks a row
     assert methods.choose(1000, 262144, np.float32, hopper) == "cluster"  # 8 blocks' registers
@@ -382,6 +415,7 @@ def test_auto_chooses_by_row_bytes():
     assert methods.choose(1000, 24576, np.float32, hopper) == "onchip"
     assert methods.choose(1000, 32768, np.float32, hopper) == "cluster"  # past 96 KB
     assert methods.choose(1000, 12288, np.float16, hopper) == "cluster"
+    assert methods.choose(1000, 10240, np.float16, hopper) == "fused"  # 94 % full
 
 
 def test_fitting_the_crossovers_runs_the_rule_itself():

@@ -34,6 +34,7 @@ from .epilogue import LOGSUMEXP, SOFTMAX, row_constant
 from .reduce import team_combine_traced
 
 MAX_VPT = 32  # values per thread held in registers; beyond this they would spill
+WARP = 32
 
 
 TRACE_LEVELS = 11  # the tree's levels in a trace: own state, 5 warp steps, 5 block steps
@@ -49,7 +50,7 @@ def kernel(dtype, vpt, mode, width, team, trace=False, pack=True):
     hd = chunk.held(dtype, vpt, width, team, pack)
     slots, slot = hd.slots, hd.slot  # (compile-time constants for the register array)
     keep = mode == SOFTMAX and np.dtype(dtype) == np.float32  # exps kept: see below
-    bounds = launch_bounds(team) if keep or (pack and pairs.packed(dtype, width)) else None
+    options = compile_options(keep, pack and pairs.packed(dtype, width))
     store = jit.storer(dtype)
     io = chunk.ops(dtype, vpt, width)
 
@@ -104,40 +105,47 @@ def kernel(dtype, vpt, mode, width, team, trace=False, pack=True):
 
         return fused_traced
 
-    @jit.kernel(launch_bounds=bounds)
+    @jit.kernel(**options)
     def fused(x, y):
         fused_rows(x, y, None)  # None: the trace writes are compiled away
 
     return fused
 
 
-def launch_bounds(team):
-    """(threads, blocks a multiprocessor) for a kernel holding its values in pairs or its
-    float32 exps: 64 registers a thread (1024 threads a multiprocessor; float32 kept
-    exps at 2048 × 16384: 86.7 % of a same-size copy left alone, 95.0 held to 64).  Left alone, ptxas gave a float16
-    row held in pairs 80 registers at 512 × 32 (one block a multiprocessor: 56 % of copy
-    at 2048 × 16384, H200); held to 64, 83 % (one value a register, 63: 71 %); held to 40
-    (three blocks), it spilled: 42 %."""
-    return (team, max(1, min(32, 1024 // team)))
+REGISTERS = 64
+"""Registers a thread of a kernel holding its values in pairs or its float32 exps: 1024
+threads a multiprocessor, whatever the team.  (Left alone, ptxas gave a float16 row held
+in pairs 80 registers at 512 × 32 — one block a multiprocessor: 56 % of copy at
+2048 × 16384, H200; held to 64, 83 % (one value a register, 63: 71 %); held to 40 (three
+blocks), it spilled: 42 %.  Float32 kept exps at 2048 × 16384: 86.7 % left alone, 95.0
+held to 64.)  The cap is ``max_registers``, not launch bounds: bounds of 448 threads × 2
+blocks allow 72 registers, with which ptxas spilled 76 bytes where 64 spill none
+(float32 2048 × 14336: 81.8 % of copy against 95.9 in teams of 512)."""
+
+
+def compile_options(keep, pack):
+    """``cuda.jit`` options of the kernel: :data:`REGISTERS` where it holds kept exps or
+    pairs, else none (ptxas chooses)."""
+    return dict(max_registers=REGISTERS) if keep or pack else {}
 
 
 def configure(x, y, mode, threads=None, vpt=None, rows_per_block=None, max_threads=None,
               pack=None):
-    """The launch: ``threads`` per row (a team; default: the smallest that holds the row
-    at :func:`max_vpt` values a thread — a warp up to 1024 float32 values), the fewest
-    values per thread that hold the row, ``rows_per_block`` teams per block (default: one,
+    """The launch: ``threads`` per row (a team; default: the smallest whole number of
+    warps that holds the row at :func:`max_vpt` values a thread — a warp up to 1024
+    float32 values, :func:`default_team`), the fewest values per thread that hold the row, ``rows_per_block`` teams per block (default: one,
     so a block is one team).  The team never exceeds the compiled kernel's own limit
     (:func:`.launcher.max_threads`), capped by ``max_threads``; a row that does not fit
     raises ``ValueError``.  ``pack`` (default: where :func:`.pairs.packed`; False: never):
     float16 / bfloat16 held two to a register, the same values a thread in half the
-    registers (:func:`launch_bounds`).  (H200, 16384 × 1024: a
+    registers (:data:`REGISTERS`).  (H200, 16384 × 1024: a
     warp a row in blocks of one warp ran 98.2 % of copy in float32 and 90.1 % in float16,
     against 97.0 / 88.2 % in blocks of four; float16 8192 × 2048: 64 threads × 32 values
     83.3 %, 128 × 16 81.0 %.)"""
     rows, n = x.shape
     width = vector.vector_width(x) if mode == LOGSUMEXP else vector.vector_width(x, y)
     pack = pairs.packed(x.dtype, width) and pack is not False
-    cap = chunk.pow2_floor(max_threads or 1024)
+    cap = (max_threads or 1024) // WARP * WARP
     team = min(threads or default_team(n, x.dtype), cap)
     while True:
         fit = max(vpt or fit_vpt(n, team, x.dtype), width)
@@ -149,7 +157,7 @@ def configure(x, y, mode, threads=None, vpt=None, rows_per_block=None, max_threa
             )
         k = kernel(x.dtype, fit, mode, width, team, pack=pack)
         args = (x, y) if not pack else pairs.bits(x, y) if mode != LOGSUMEXP else (pairs.bits(x)[0], y)
-        limit = chunk.pow2_floor(min(cap, launcher.max_threads(k, args)))
+        limit = min(cap, launcher.max_threads(k, args)) // WARP * WARP  # (whole warps)
         if team <= limit:
             break
         team = limit  # the kernel's registers allow fewer threads: more values each
@@ -181,22 +189,32 @@ def max_row(max_threads, dtype=np.float32):
     return max(t * max_vpt(t, dtype) for t in (32, 64, 128, 256, 512, 1024) if t <= max_threads)
 
 
-def default_team(n, dtype=np.float32):
-    """The smallest team (a power of two, 32 … 1024 threads) that holds a row of n values
-    at :func:`max_vpt` values a thread."""
-    team = 32
+def default_team(n, dtype=np.float32, exact=True):
+    """The smallest team that holds a row of n values at :func:`max_vpt` values a thread:
+    a whole number of warps up to 512 threads (``exact``), else a power of two (32 …
+    1024).  The fewer threads hold a row, the more rows a multiprocessor holds at once
+    (:func:`fill`): 10240 float32 values take 320 threads × 32, three blocks a
+    multiprocessor, where 512 × 32 (62.5 % of the slots used) fit two."""
+    most = max_vpt(WARP, dtype)
+    team = WARP * max(1, -(-n // (WARP * most)))
+    if exact and team <= 512:
+        return team
+    team = WARP
     while team < 1024 and team * max_vpt(team, dtype) < n:
         team *= 2
     return team
 
 
 def fill(n, dtype=np.float32):
-    """The share of its default launch's values a row of n fills: n / (team · vpt).  A
-    team of 512 holds 16384 float32 values; two such blocks share a multiprocessor, so a
-    row of 10240 leaves 37.5 % of the bytes a multiprocessor could have in flight unused
-    — where ``auto`` (:func:`.methods.choose`) looks elsewhere."""
+    """The share of the values a multiprocessor could hold in registers that rows of n
+    values fill with the default launch: blocks a multiprocessor (1024 threads at 64
+    registers, :data:`REGISTERS`) × n, over 1024 × :func:`max_vpt`.  A memory-bound
+    kernel's rate follows the bytes a multiprocessor has in flight, which ``auto``
+    (:func:`.methods.choose`) reads from this: 16384 float32 values (2 blocks of 512)
+    fill 100 %, 14336 (2 of 448) 87.5 %, 12288 (2 of 384) 75 %, 10240 (3 of 320)
+    93.75 %."""
     team = default_team(n, dtype)
-    return n / (team * fit_vpt(n, team, dtype))
+    return max(1, 1024 // team) * n / (1024 * max_vpt(WARP, dtype))
 
 
 def fit_vpt(n, threads, dtype=np.float32):

@@ -36,9 +36,10 @@ _ACCUMULATE = {np.dtype(np.float16): numba.float32, np.dtype(np.float32): numba.
 def kernel(fn=None, **options):
     """``cuda.jit`` with the project's compile options: every kernel is built by this.
     ``@kernel`` or ``@kernel(launch_bounds=…)`` (more ``cuda.jit`` options; the simulator
-    does not take launch bounds: there they are dropped)."""
+    takes neither launch bounds nor ``max_registers``: there they are dropped)."""
     if simulator_enabled():
         options.pop("launch_bounds", None)
+        options.pop("max_registers", None)
     if fn is None:
         return lambda f: cuda.jit(fastmath=FASTMATH, **options)(f)
     return cuda.jit(fastmath=FASTMATH, **options)(fn)

@@ -22,9 +22,10 @@ The kernels, from the textbook to the roofline (each a chapter of the docs):
 device and per item size (:mod:`.crossover_table`: ``crossovers.json`` beside this
 module, and the user's own measurements on top):
 
-1. ``fused`` while a row is at most ``fused`` bytes, or when it nearly fills the fused
-   kernel's registers (:func:`.fused.fill` ≥ :data:`FULL`: a row of 10240 float32
-   values in a team of 512 × 32 leaves a third of them idle, and loses);
+1. ``fused`` while a row is at most ``fused`` bytes, or when its rows nearly fill a
+   multiprocessor's registers (:func:`.fused.fill` ≥ :data:`FULL`: 12288 float32 values
+   in two teams of 384 fill 75 % and lose to ``onchip``; 10240 in three teams of 320
+   fill 94 % and win);
 2. ``onchip`` up to ``onchip`` bytes when there are enough rows to give every
    multiprocessor one;
 3. on a device with thread-block clusters, ``cluster`` up to ``cluster`` bytes, or while
@@ -66,11 +67,13 @@ PASSES = {"three_pass": 4, "fused": 2, "online": 3, "split": 3, "onchip": 2, "gr
 """Each value's trips through DRAM (reads + writes) by the kernel's own model, with no
 help from the caches: the traffic bound that the benchmark's "% of bound" divides by."""
 
-FULL = 0.85
-"""The share of its registers a row must fill for ``fused`` past its ``fused`` bytes (H200:
-float32 rows of 14336 and 16384 values, 87.5 and 100 % full, ran at 88–96 % of copy
-against ``onchip``'s 77–91 %; rows of 10240 and 12288, 62.5 and 75 % full, lost by up to
-8 points, and in 16-bit by 15–20 points to ``cluster``)."""
+FULL = 0.8
+"""The share of a multiprocessor's register slots (:func:`.fused.fill`) rows must fill for
+``fused`` past its ``fused`` bytes (H200, 528 and 2048 rows, % of a same-size copy: float32
+rows of 9216, 10240, 14336 and 16384 values, 84–100 % full in teams of whole warps, ran
+``fused`` at 89–96 % against ``onchip``'s 78–91; rows of 11264 and 12288, 69 and 75 %
+full, ran 84–95 against 92–95; float16 10240 and 14336 values 77–85 against ``cluster``'s
+67–73, 12288 73–78 against 77–81)."""
 
 
 def crossovers(limits, itemsize=4):
