@@ -80,8 +80,8 @@ def parse_args(argv=None):
                    help="run only these sections (the copy/read bounds always run)")
     p.add_argument("--crossovers", action="store_true",
                    help="measure where each on-chip softmax kernel wins on this GPU, fit the "
-                        "table 'auto' chooses by and save it for this device (about 4 "
-                        "minutes; the same as --only crossovers)")
+                        "table 'auto' chooses by and save it for this device (about a "
+                        "minute on an H200; the same as --only crossovers)")
     p.add_argument("--fp16", action="store_true",
                    help="(kept for old command lines: float16 and bfloat16 are always measured)")
     p.add_argument("--out", default="bench-out", help="output folder (default: bench-out/)")

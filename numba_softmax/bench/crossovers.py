@@ -12,8 +12,9 @@ the rows: H200, float32 rows of 128 KB, 528 rows ``cluster`` 75.8 % of copy and
 rule picks the fastest kernels on these cases, and — on a GPU — it is saved for this
 device in the user's table (:mod:`numba_softmax.kernels.crossover_table`), which ``auto``
 reads from then on.  The run prints the entry, the share of the best each case's pick
-reaches under it and under the entry used before, and the file written.  About four
-minutes on an H200 (`--quick`: fewer row sizes).  Not part of a plain ``bench`` run.
+reaches under it and under the entry used before, and the file written.  64 s on an
+H200, compilation included (`--quick`: fewer row sizes).  Not part of a plain ``bench``
+run.
 """
 
 from ..kernels import crossover_table, methods
