@@ -133,8 +133,8 @@ def configure(x, y, mode, threads=None, vpt=None, rows_per_block=None, max_threa
               pack=None):
     """The launch: ``threads`` per row (a team; default: the smallest whole number of
     warps that holds the row at :func:`max_vpt` values a thread — a warp up to 1024
-    float32 values, :func:`default_team`), the fewest values per thread that hold the row, ``rows_per_block`` teams per block (default: one,
-    so a block is one team).  The team never exceeds the compiled kernel's own limit
+    float32 values, :func:`default_team`), the fewest values per thread that hold the
+    row, ``rows_per_block`` teams per block (default: one, so a block is one team).  The team never exceeds the compiled kernel's own limit
     (:func:`.launcher.max_threads`), capped by ``max_threads``; a row that does not fit
     raises ``ValueError``.  ``pack`` (default: where :func:`.pairs.packed`; False: never):
     float16 / bfloat16 held two to a register, the same values a thread in half the
