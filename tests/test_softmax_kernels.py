@@ -439,6 +439,29 @@ def test_fitting_the_crossovers_runs_the_rule_itself():
         (3 + 8 / 9) / 4)  # the default entry keeps onchip at 96 KB
 
 
+def test_the_shipped_crossover_table(tmp_path, monkeypatch):
+    """crossovers.json: every device's entry names the three thresholds for each item
+    size; the H100's own entry (bench --crossovers on it) is the one an H100 gets."""
+    monkeypatch.setenv(crossover_table.ENV, str(tmp_path / "none.json"))  # no user's table
+    crossover_table.table.cache_clear()
+    try:
+        shipped = crossover_table.table()
+        assert "default" in shipped and shipped["default"]["shared_per_sm"] > 0
+        for name, sizes in shipped.items():
+            if not name.startswith("_"):
+                for size in ("2", "4", "8"):
+                    assert set(crossover_table.KEYS) <= set(sizes[size]), (name, size)
+        h100 = launcher.Limits("NVIDIA H100 80GB HBM3", sms=132, max_threads=1024,
+                               shared_optin=227 * 1024, shared_per_sm=228 * 1024,
+                               l2_bytes=50 << 20, cc=(9, 0))
+        assert crossover_table.entry(h100, 2) == (
+            {"fused": 24576, "onchip": 98304, "cluster": 524288}, "measured")
+        assert methods.choose(528, 32768, np.float16, h100) == "onchip"  # 64 KB 16-bit rows
+        assert methods.choose(528, 32768, np.float16, h100._replace(name="an H200")) == "cluster"
+    finally:
+        crossover_table.table.cache_clear()
+
+
 def test_the_users_crossovers_replace_the_shipped_ones(tmp_path, monkeypatch):
     """save_crossovers writes this machine's table (NUMBA_SOFTMAX_CROSSOVERS here), whose
     entry then replaces the default for that device and item size only; a broken file is
