@@ -430,13 +430,11 @@ def test_fitting_the_crossovers_runs_the_rule_itself():
              (65536, "cluster", 9), (65536, "group", 8)]
     entries = methods.fit_crossovers(
         [dict(n=n, itemsize=4, rows=1000, method=m, gbps=g) for n, m, g in rates], hopper)
-    assert entries == {"4": {"fused": 32768, "onchip": 49152, "cluster": 524288, "score": 1.0}}
     before, _ = crossover_table.entry(hopper, 4)
-    cases = {(1000, n): {} for n, _, _ in rates}
-    for n, m, g in rates:
-        cases[1000, n][m] = g
-    assert crossover_table.score(cases, hopper, methods.choose, 4, before) == pytest.approx(
-        (3 + 8 / 9) / 4)  # the default entry keeps onchip at 96 KB
+    assert entries == {"4": {"fused": 32768, "onchip": 49152, "cluster": 524288, "score": 1.0,
+                             "cases": 4, "before": before, "source": "default",
+                             "before_score": round((3 + 8 / 9) / 4, 4)}}
+    # (the default entry keeps onchip at 96 KB: 8/9 of the best there)
 
 
 def test_the_shipped_crossover_table(tmp_path, monkeypatch):
@@ -464,8 +462,8 @@ def test_the_shipped_crossover_table(tmp_path, monkeypatch):
 
 def test_the_users_crossovers_replace_the_shipped_ones(tmp_path, monkeypatch):
     """save_crossovers writes this machine's table (NUMBA_SOFTMAX_CROSSOVERS here), whose
-    entry then replaces the default for that device and item size only; a broken file is
-    a clear error naming it."""
+    entry then replaces the default for that device and item size only; a broken file or
+    entry is a clear error naming it."""
     path = tmp_path / "crossovers.json"
     monkeypatch.setenv(crossover_table.ENV, str(path))
     crossover_table.table.cache_clear()
@@ -480,6 +478,10 @@ def test_the_users_crossovers_replace_the_shipped_ones(tmp_path, monkeypatch):
         assert crossover_table.entry(lim, 2)[1] == "default"  # other item sizes: as shipped
         assert crossover_table.entry(lim._replace(name="other GPU"), 4)[1] == "default"
         assert methods.choose(1000, 12288, np.float32, lim) == "fused"
+        path.write_text('{"my GPU": {"4": {"fused": 1}}}')
+        crossover_table.table.cache_clear()
+        with pytest.raises(ValueError, match="needs integers fused, onchip, cluster"):
+            methods.choose(1000, 12288, np.float32, lim)
         path.write_text("{not json")
         crossover_table.table.cache_clear()
         with pytest.raises(ValueError, match="crossovers.json"):

@@ -48,26 +48,20 @@ def run(b):
     if not measured:
         return
     fitted = methods.fit_crossovers(measured, b.limits)
-    report(b, measured, fitted)
+    report(fitted)
     if not b.sim:
         path = methods.save_crossovers(b.limits.name, fitted)
         print(f"crossovers: saved for {b.limits.name} in {path}; numba_softmax's 'auto' "
               f"reads them from now on (delete the file to go back)", flush=True)
 
 
-def report(b, measured, fitted):
-    """Print the fitted entry beside the one used before, with their scores."""
-    for size, entry in sorted(fitted.items()):
-        rows = [m for m in measured if str(m["itemsize"]) == size]
-        before, source = crossover_table.entry(b.limits, int(size))
-        cases_ = {}
-        for m in rows:
-            cases_.setdefault((m["rows"], m["n"]), {})[m["method"]] = m["gbps"]
-        old = crossover_table.score(cases_, b.limits, methods.choose, size, before)
-        kept = {k: entry[k] for k in crossover_table.KEYS}
-        print(f"crossovers, {size}-byte values ({len(cases_)} cases): {kept} — 'auto' at "
-              f"{100 * entry['score']:.1f} % of each case's best on average; the {source} "
-              f"entry {before}: {100 * old:.1f} %", flush=True)
+def report(fitted):
+    """Print each fitted entry beside the one it would replace, with their scores."""
+    for size, e in sorted(fitted.items()):
+        kept = {k: e[k] for k in crossover_table.KEYS}
+        print(f"crossovers, {size}-byte values ({e['cases']} cases): {kept} — 'auto' at "
+              f"{100 * e['score']:.1f} % of each case's best on average; the {e['source']} "
+              f"entry {e['before']}: {100 * e['before_score']:.1f} %", flush=True)
 
 
 def one_shape(b, rows, n, dtype):

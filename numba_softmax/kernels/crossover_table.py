@@ -3,7 +3,8 @@ each on-chip kernel wins (:func:`.methods.choose` holds the rule, this module th
 
     entry(limits, itemsize)         the entry for a device: its own (measured here, or
                                     shipped), else the default, scaled to its shared memory
-    fit(cases, limits, choose)      the entry that makes ``choose`` best on measured cases
+    fit(measurements, limits, choose)  the entry that makes ``choose`` best on measured
+                                    cases
     save(device_name, entries)      keep a fitted entry for this machine's ``auto``
 
 Two files, read once a process: the table shipped with the package (``crossovers.json``
@@ -19,6 +20,8 @@ import functools
 import itertools
 import json
 import os
+
+import numpy as np
 
 PACKAGED = os.path.join(os.path.dirname(__file__), "crossovers.json")
 ENV = "NUMBA_SOFTMAX_CROSSOVERS"
@@ -65,7 +68,13 @@ def entry(limits, itemsize=4):
     t = table()
     own = t.get(limits.name, {}).get(str(itemsize))
     if own is not None:
-        return {k: int(own[k]) for k in KEYS}, "measured"
+        try:
+            return {k: int(own[k]) for k in KEYS}, "measured"
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"the crossover entry of {limits.name!r} for {itemsize}-byte "
+                             f"values needs integers {', '.join(KEYS)}; got {own!r} (from "
+                             f"{user_path()} or the shipped table): delete it or rerun "
+                             f"numba-softmax bench --crossovers") from None
     default = t["default"]
     e = {k: int(default[str(itemsize)][k]) for k in KEYS}
     e["onchip"] = e["onchip"] * limits.shared_per_sm // default["shared_per_sm"]
@@ -76,8 +85,6 @@ def score(cases, limits, choose, itemsize, candidate):
     """The mean, over ``cases`` of one item size, of the GB/s of the kernel ``choose``
     picks with the entry ``candidate``, as a share of the case's best (0 where the pick
     was not measured: it could not take the shape)."""
-    import numpy as np
-
     dtype = {2: np.float16, 4: np.float32, 8: np.float64}[int(itemsize)]
     total = 0.0
     for (rows, n), rates in cases.items():
@@ -92,14 +99,16 @@ def fit(measurements, limits, choose):
     sizes (or 0, or the current entry's own), the one under which ``choose(rows, n,
     dtype, limits, entry)`` — the rule itself — runs the measured cases fastest on average
     (:func:`score`); of equal ones, the one that changes the current entry least.
-    Returns {item size: entry with its ``score``}."""
+    Returns {item size: entry with its ``score`` over its number of ``cases``, and the
+    entry it would replace: ``before`` (its thresholds), ``before_score``, ``source``
+    (:func:`entry`'s)}."""
     by_size = {}
     for r in measurements:
         cases = by_size.setdefault(str(int(r["itemsize"])), {})
         cases.setdefault((int(r["rows"]), int(r["n"])), {})[r["method"]] = float(r["gbps"])
     fitted = {}
     for size, cases in sorted(by_size.items()):
-        current, _ = entry(limits, int(size))
+        current, source = entry(limits, int(size))
         lengths = sorted({n * int(size) for _, n in cases})
         options = {k: sorted(set(lengths) | {0, current[k]}) for k in KEYS}
 
@@ -110,7 +119,9 @@ def fit(measurements, limits, choose):
 
         candidates = [dict(zip(KEYS, values)) for values in itertools.product(*options.values())]
         best = min(candidates, key=rank)
-        fitted[size] = dict(best, score=round(-rank(best)[0], 4))
+        fitted[size] = dict(best, score=round(-rank(best)[0], 4), cases=len(cases),
+                            before=current, before_score=round(-rank(current)[0], 4),
+                            source=source)
     return fitted
 
 

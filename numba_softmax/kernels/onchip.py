@@ -91,7 +91,7 @@ def keeper(dtype, vpt, width):
                 v[i] = to_acc(bits[i])
             m_chunk, l_chunk = io.state(v)
             m, l = combine_device(m, l, m_chunk, l_chunk)  # the online step, per chunk
-            park(held, j, bits, base, stop, t, team)
+            park(held, j, bits, base, stop, t, team)  # the vectors inside the range, on chip
             base += team * vpt
             j += U(vpt)
         return m, l
