@@ -35,11 +35,12 @@ import numpy as np
 from numba import cuda
 
 from ..combine import EMPTY, combine_device, larger_device, precedes_device, weight_device
-from . import jit, vector
+from . import jit
 from .jit import accumulator
 from .reduce import block_combine
 from .topk_select import MAX_K, radix_select, select_memory
 from .topk_state import keep_piece, writer
+from .topk_stream import loads
 from .warp import ballot
 
 WARP = 32
@@ -71,10 +72,7 @@ def filter_kernel(dtype, threads, per_thread, width, log):
     """Block (row, s) streams x[row, s·piece : (s + 1)·piece]; with one piece a row it
     writes the row's k outputs, else the piece's state to the workspace."""
     acc = accumulator(dtype)
-    bf16 = jit.storage(dtype) == jit.BFLOAT16
-    stored = numba.uint16 if bf16 else numba.from_dtype(np.dtype(dtype))
-    load = jit.loader(dtype)
-    load_row, _ = vector.raw_row_io(width)
+    fetch, value, held, slots_held, pad = loads(dtype, per_thread, width)  # 16-bit: in pairs
     span, warps = threads * per_thread, threads // WARP  # values a chunk; warps a block
     seg = segment(warps, per_thread)
     cap = warps * seg
@@ -112,10 +110,10 @@ def filter_kernel(dtype, threads, per_thread, width, log):
         below = (numba.uint32(1) << lane) - numba.uint32(1)  # the lanes before this one
         start = s * piece
         stop = min(start + piece, x.shape[1])
-        ahead = cuda.local.array(per_thread, stored)
+        ahead = cuda.local.array(slots_held, held)
         u = cuda.local.array(per_thread, acc)
         for i in range(per_thread // width):  # the first chunk's loads
-            load_row(x, row, start + (tid + i * threads) * width, stop, ahead, i * width, stored(0))
+            fetch(x, row, start + (tid + i * threads) * width, stop, ahead, i * width, pad)
         if tid == 0:  # θ = (−inf, EMPTY): before the first compaction every value is a candidate
             th[0], ti[0] = -math.inf, EMPTY
         m, l, count = acc(-math.inf), acc(0.0), 0
@@ -125,11 +123,10 @@ def filter_kernel(dtype, threads, per_thread, width, log):
             mc = acc(-math.inf)
             for c in range(per_thread):
                 jc = base + (tid + (c // width) * threads) * width + c % width
-                u[c] = load(ahead[c]) * inv_t if jc < stop else acc(-math.inf)
+                u[c] = value(ahead, c) * inv_t if jc < stop else acc(-math.inf)
                 mc = larger_device(mc, u[c])
             for i in range(per_thread // width):
-                load_row(x, row, base + span + (tid + i * threads) * width, stop, ahead,
-                         i * width, stored(0))
+                fetch(x, row, base + span + (tid + i * threads) * width, stop, ahead, i * width, pad)
             # the chunk's (m, ℓ), folded into the thread's by the combiner
             lc = acc(0.0)
             for c in range(per_thread):

@@ -37,11 +37,12 @@ from numba import cuda
 
 from .._sim import simulator_enabled
 from ..combine import EMPTY, larger_device, precedes_device, weight_device
-from . import jit, vector
+from . import jit
 from .jit import accumulator
 from .reduce import block_combine
 from .sync import last_to_finish
 from .topk_state import keep_piece
+from .topk_stream import loads
 from .warp import peers, shfl
 
 WARP = 32
@@ -235,10 +236,7 @@ def piece_kernel(dtype, threads, per_thread, width, then=None):
     finish merges the row's S states itself: one launch, no kernel 2 (extra arguments:
     int32 tickets, zero, one a row; the row's index bytes; values; indices)."""
     acc = accumulator(dtype)
-    bf16 = jit.storage(dtype) == jit.BFLOAT16
-    stored = numba.uint16 if bf16 else numba.from_dtype(np.dtype(dtype))
-    load = jit.loader(dtype)
-    load_row, _ = vector.raw_row_io(width)
+    fetch, value, held, slots_held, pad = loads(dtype, per_thread, width)  # 16-bit: in pairs
     select = radix_select(acc, per_thread)
     memory = select_memory(acc)
 
@@ -248,16 +246,16 @@ def piece_kernel(dtype, threads, per_thread, width, then=None):
         row, s, tid = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
         start = s * piece
         stop = min(start + piece, x.shape[1])
-        raw = cuda.local.array(per_thread, stored)
+        raw = cuda.local.array(slots_held, held)
         u = cuda.local.array(per_thread, acc)
         j = cuda.local.array(per_thread, numba.int32)
         for i in range(per_thread // width):  # the piece, read once: W-wide loads, coalesced
-            load_row(x, row, start + (tid + i * threads) * width, stop, raw, i * width, stored(0))
+            fetch(x, row, start + (tid + i * threads) * width, stop, raw, i * width, pad)
         m = acc(-math.inf)
         for c in range(per_thread):  # u = x / T; past the end: no entry
             jc = start + (tid + (c // width) * threads) * width + c % width
             j[c] = jc if jc < stop else EMPTY
-            u[c] = load(raw[c]) * inv_t if jc < stop else acc(-math.inf)
+            u[c] = value(raw, c) * inv_t if jc < stop else acc(-math.inf)
             m = larger_device(m, u[c])  # a NaN is kept
         l = acc(0.0)
         for c in range(per_thread):

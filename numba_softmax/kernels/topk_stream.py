@@ -11,15 +11,67 @@ import functools
 import math
 
 import numba
-import numpy as np
 from numba import cuda
 
 from ..combine import EMPTY, combine_device, larger_device, precedes_device, weight_device
 from ..draws import gumbel_device
-from . import jit, vector
+from . import jit, pairs, vector
 from .jit import accumulator
 from .topk_list import BUFFER, WARP, warp_list
 from .warp import ballot, shfl, shfl2
+
+
+@functools.cache
+def loads(dtype, vpt, width):
+    """How a thread holds the chunk it loads: (fetch, value, held type, slots, pad).
+
+    ``fetch(x, row, j, stop, h, offset, pad)`` loads the W values at x[row, j] into the
+    thread's held array h (value ``offset`` on), ``pad`` past ``stop``; ``value(h, i)`` is
+    value i in the accumulator type.  Float16 and bfloat16 in 16-byte vectors are held as
+    the vectors' 32-bit words, two values a register, loaded by one 16-byte load
+    (:func:`.vector.words`): NVPTX splits a vector of eight 16-bit values into two 8-byte
+    loads, each of which touches every sector of the warp's 512 bytes and uses half of
+    it (H200, B 1024 × 128256, k 8: L1 hit rate 50 %, half the stalls on those loads;
+    ``docs/benchmarks/NOTES.md``).  Other cases hold one stored value a slot."""
+    if not pairs.packed(dtype, width):
+        stored = vector.storage_type(dtype)
+        load, (load_row, _) = jit.loader(dtype), vector.raw_row_io(width)
+        bf16 = jit.storage(dtype) == jit.BFLOAT16  # stored as uint16 bits: −inf is 0xFF80
+        pad = stored(0xFF80) if bf16 else stored(accumulator(dtype)(-math.inf))
+
+        @jit.device
+        def value(h, i):
+            return load(h[i])
+
+        return load_row, value, stored, vpt, pad
+
+    U32 = numba.uint32
+    to_acc, to_bits = jit.bits_loader(dtype), jit.bits_storer(dtype)
+    bf16 = jit.storage(dtype) == jit.BFLOAT16
+    load_words = vector.words()[0]
+
+    @jit.device
+    def bits(x, row, j, stop, pad):
+        """The stored bits of x[row, j] (float16: exact through float32), ``pad`` past stop."""
+        if j >= stop:
+            return pad
+        return U32(x[row, j]) if bf16 else U32(to_bits(numba.float32(x[row, j])))
+
+    @jit.device
+    def fetch(x, row, j, stop, h, offset, pad):
+        if j + width <= stop:
+            load_words(x, row, j, h, offset // 2)
+        else:  # the row's ragged end, value by value
+            for k in range(width // 2):
+                h[offset // 2 + k] = (bits(x, row, j + 2 * k, stop, pad)
+                                      | bits(x, row, j + 2 * k + 1, stop, pad) << U32(16))
+
+    @jit.device
+    def value(h, i):
+        w = h[i // 2]
+        return to_acc(numba.uint16(w >> U32(16) if i % 2 else w & U32(0xFFFF)))
+
+    return fetch, value, U32, vpt // 2, U32(pairs.pad_bits(dtype, -math.inf))
 
 
 @functools.cache
@@ -49,10 +101,7 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
     and no warp inserts one — the block inserts about as often as one warp streaming the
     whole range would, not once per warp."""
     acc = accumulator(dtype)
-    stored = numba.uint16 if jit.storage(dtype) == jit.BFLOAT16 else numba.from_dtype(np.dtype(dtype))
-    bf16 = jit.storage(dtype) == jit.BFLOAT16  # stored as uint16 bits: −inf is 0xFF80
-    load = jit.loader(dtype)
-    load_row, _ = vector.raw_row_io(width)
+    fetch, value, held, slots_held, pad = loads(dtype, vpt, width)
     insert, offer, flush, threshold, _ = warp_list(acc, slots)
     serial = slots == 1
     gumbel = gumbel_device(acc)
@@ -116,8 +165,8 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
     @jit.device
     def fold(x, row, start, stop, k, inv_t, key, t, R, lv, li, floor_sh, bv, bi, bbase):
         lane = t % WARP
-        raw = cuda.local.array(vpt, stored)
-        nxt = cuda.local.array(vpt, stored)
+        raw = cuda.local.array(slots_held, held)  # the chunk being folded, as loaded
+        nxt = cuda.local.array(slots_held, held)  # the next chunk's loads, in flight
         u = cuda.local.array(vpt, acc)
         uc = cuda.local.array(vpt, acc)  # a chunk with candidates: u, indexed by a runtime i
         w = cuda.local.array(vpt, acc)  # the chains' scratch
@@ -128,19 +177,18 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
         count = numba.int32(0)  # candidates in the buffer
         floor = acc(-math.inf)
         m, l = acc(-math.inf), acc(0.0)
-        pad = stored(0xFF80) if bf16 else stored(acc(-math.inf))  # past the end: u = −inf
         step = R * vpt
         for i in range(vpt // width):  # the first chunk's loads (−inf past the end)
-            load_row(x, row, start + (t + i * R) * width, stop, nxt, i * width, pad)
+            fetch(x, row, start + (t + i * R) * width, stop, nxt, i * width, pad)
         for base in range(start, stop, step):
-            for i in range(vpt):
+            for i in range(slots_held):
                 raw[i] = nxt[i]
             if base + step < stop:  # the next chunk's loads, in flight while this one folds
                 for i in range(vpt // width):
-                    load_row(x, row, base + step + (t + i * R) * width, stop, nxt, i * width, pad)
+                    fetch(x, row, base + step + (t + i * R) * width, stop, nxt, i * width, pad)
             # u = x / T; the chunk's state (m_c, ℓ_c), then the online step
             for i in range(vpt):
-                u[i] = load(raw[i]) * inv_t
+                u[i] = value(raw, i) * inv_t
                 w[i] = u[i]
             m_chunk = chains(w, True)
             top = m_chunk  # (a NaN may hide a value here: its row's ℓ is NaN, its output NaN)

@@ -52,17 +52,20 @@ if simulator_enabled():
 
         return load, store
 
+    def _bits16(v):
+        return np.uint32(np.asarray(v).view(np.uint16))  # float16: its bits, as the GPU loads them
+
     @functools.cache
     def words():
         def load_words(x, row, j, w, offset):
             for k in range(4):
-                w[offset + k] = (np.uint32(x[row, j + 2 * k])
-                                 | np.uint32(x[row, j + 2 * k + 1]) << np.uint32(16))
+                w[offset + k] = (_bits16(x[row, j + 2 * k])
+                                 | _bits16(x[row, j + 2 * k + 1]) << np.uint32(16))
 
         def store_words(y, row, j, w, offset):
-            for k in range(4):
-                y[row, j + 2 * k] = np.uint16(w[offset + k] & np.uint32(0xFFFF))
-                y[row, j + 2 * k + 1] = np.uint16(w[offset + k] >> np.uint32(16))
+            for k in range(4):  # (the bits themselves, into a float16 array too)
+                y[row, j + 2 * k] = np.uint16(w[offset + k] & np.uint32(0xFFFF)).view(y.dtype)
+                y[row, j + 2 * k + 1] = np.uint16(w[offset + k] >> np.uint32(16)).view(y.dtype)
 
         return load_words, store_words
 
@@ -146,7 +149,7 @@ else:
 
     @functools.cache
     def words():
-        """``load_words(x, row, j, w, offset)``: the 16 bytes at x[row, j] (a uint16 array)
+        """``load_words(x, row, j, w, offset)``: the 16 bytes at x[row, j] (any 16-bit array)
         as four 32-bit words, w[offset + k] = x[row, j + 2k] | x[row, j + 2k + 1] << 16;
         ``store_words(y, row, j, w, offset)``, its inverse."""
         i32x4 = ir.VectorType(ir.IntType(32), 4)
@@ -201,6 +204,8 @@ def row_io(width, dtype):
     sum, which weighs 0)."""
     from . import jit
 
+    if width == 8 and jit.storage(dtype) in ("float16", jit.BFLOAT16):
+        return _row_words(dtype)
     load, store = io(width)
     to_acc, to_storage = jit.loader(dtype), jit.storer(dtype)
     raw = storage_type(dtype)
@@ -223,6 +228,46 @@ def row_io(width, dtype):
             for k in range(width):
                 bits[k] = to_storage(v[offset + k])
             store(y, row, j, bits, 0)
+        else:
+            for k in range(width):
+                if j + k < stop:
+                    y[row, j + k] = to_storage(v[offset + k])
+
+    return load_row, store_row
+
+
+@functools.cache
+def _row_words(dtype):
+    """:func:`row_io` for float16 and bfloat16 rows in 16-byte vectors: each vector moved
+    as four 32-bit words by one 16-byte load or store (:func:`words`).  NVPTX would split
+    a vector of eight 16-bit values into two 8-byte accesses, each touching every sector
+    of the warp's 512 bytes and using half of it."""
+    from . import jit
+
+    U32, width = numba.uint32, 8
+    load_words, store_words = words()
+    to_acc, to_storage = jit.loader(dtype), jit.storer(dtype)
+    from_bits, to_bits = jit.bits_loader(dtype), jit.bits_storer(dtype)
+
+    @jit.device
+    def load_row(x, row, j, stop, v, offset, pad):
+        if j + width <= stop:
+            w = cuda.local.array(4, U32)  # the vector's words, in registers
+            load_words(x, row, j, w, 0)
+            for k in range(width):
+                v[offset + k] = from_bits(numba.uint16(w[k // 2] >> U32(16) if k % 2
+                                                       else w[k // 2] & U32(0xFFFF)))
+        else:
+            for k in range(width):
+                v[offset + k] = to_acc(x[row, j + k]) if j + k < stop else pad
+
+    @jit.device
+    def store_row(y, row, j, stop, v, offset):
+        if j + width <= stop:
+            w = cuda.local.array(4, U32)
+            for k in range(4):
+                w[k] = U32(to_bits(v[offset + 2 * k])) | U32(to_bits(v[offset + 2 * k + 1])) << U32(16)
+            store_words(y, row, j, w, 0)
         else:
             for k in range(width):
                 if j + k < stop:

@@ -1,0 +1,86 @@
+"""The 16-byte moves of float16 and bfloat16 rows: one load or store of four 32-bit words.
+
+NVPTX splits a vector of eight 16-bit values into two 8-byte accesses, so these rows move
+as words (:func:`numba_softmax.kernels.vector.words`) and are unpacked in registers: the
+softmax chunks' ``row_io`` and top-k's ``loads``.  Each is checked here against the values
+themselves, bit for bit, over whole vectors, a ragged last vector and the place past the
+row's end (the pad), in a row view whose stride is longer than the row.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from numba_softmax.kernels import jit, topk_stream, vector
+
+W = 8
+STRIDE, N = 24, 21  # vectors at 0 and 8 whole, at 16 ragged (5 values), at 24 past the end
+
+
+def storage(dtype, rng):
+    """(storage array of 2 × STRIDE, its values as float32): bfloat16 as uint16 bits."""
+    values = rng.standard_normal((2, STRIDE)).astype(np.float32) * 4
+    values[1, 3], values[0, 17] = -np.inf, np.inf
+    if dtype == "bfloat16":
+        bits = (values.view(np.uint32) >> 16).astype(np.uint16)  # (truncated: exact values)
+        return bits, (bits.astype(np.uint32) << 16).view(np.float32)
+    x = values.astype(np.float16)
+    return x, x.astype(np.float32)
+
+
+def kind(dtype):
+    """The dtype the kernels are built for: bfloat16 arrives as its uint16 bits."""
+    return np.dtype(np.uint16 if dtype == "bfloat16" else dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_row_io_moves_16_bit_vectors_as_words(dtype):
+    load_row, store_row = vector.row_io(W, kind(dtype))
+    x, values = storage(dtype, np.random.default_rng(0))
+    pad = np.float32(-7.5)
+
+    @jit.kernel
+    def through(x, y, seen):
+        row, t = cuda.blockIdx.x, cuda.threadIdx.x  # thread t: the vector at t·W
+        v = cuda.local.array(W, np.float32)
+        load_row(x, row, t * W, x.shape[1], v, 0, pad)
+        for k in range(W):
+            seen[row, t * W + k] = v[k]
+        store_row(y, row, t * W, y.shape[1], v, 0)
+
+    xd = cuda.to_device(x)[:, :N]
+    y = np.full((2, STRIDE), 0x7FC0 if dtype == "bfloat16" else np.nan, x.dtype)
+    yd = cuda.to_device(y)
+    seen = cuda.to_device(np.zeros((2, 4 * W), np.float32))
+    through[2, 4](xd, yd[:, :N], seen)
+    got = seen.copy_to_host()
+    np.testing.assert_array_equal(got[:, :N], values[:, :N])  # every value, exactly
+    assert (got[:, N:] == pad).all()  # past the row's end: the pad
+    out = yd.copy_to_host()
+    np.testing.assert_array_equal(out[:, :N].view(np.uint16), x[:, :N].view(np.uint16))
+    np.testing.assert_array_equal(out[:, N:].view(np.uint16), y[:, N:].view(np.uint16))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_topk_holds_16_bit_vectors_as_words(dtype):
+    fetch, value, held, slots, pad = topk_stream.loads(kind(dtype), 2 * W, W)
+    assert slots == W  # 16 values in 8 words
+
+    @jit.kernel
+    def hold(x, seen):
+        row, t = cuda.blockIdx.x, cuda.threadIdx.x  # thread t: the vectors at t·W, (t + 2)·W
+        h = cuda.local.array(slots, held)
+        for i in range(2):
+            fetch(x, row, (t + 2 * i) * W, x.shape[1], h, i * W, pad)
+        for i in range(2):
+            for k in range(W):
+                seen[row, (t + 2 * i) * W + k] = value(h, i * W + k)
+
+    x, values = storage(dtype, np.random.default_rng(1))
+    seen = cuda.to_device(np.zeros((2, 4 * W), np.float32))
+    hold[2, 2](cuda.to_device(x)[:, :N], seen)
+    got = seen.copy_to_host()
+    np.testing.assert_array_equal(got[:, :N], values[:, :N])
+    assert (got[:, N:] == -math.inf).all()  # past the end: −inf, which weighs nothing
