@@ -271,6 +271,23 @@ def test_cluster_plan_refusals():
         KS.launch(SOFTMAX, y, y, cuda.device_array_like(y), plan_=KS.Plan("cluster", 32, 1, 22))
 
 
+def test_wide_clusters_are_asked_of_the_driver_once(monkeypatch):
+    """``cluster_fits`` (asked by every backward launch of a cluster over 8 blocks) goes to
+    the driver once per compiled kernel, device and launch shape, then answers from memory."""
+    from numba_softmax.kernels import launcher
+
+    asked = []
+    monkeypatch.setattr(launcher, "simulator_enabled", lambda: False)
+    monkeypatch.setattr(launcher, "compiled", lambda kernel, args: kernel)
+    monkeypatch.setattr(launcher, "_cluster_query", lambda *a: asked.append(a[2:]) or len(asked) == 1)
+    monkeypatch.setattr(launcher, "_CLUSTER_FITS", {})
+    kernel = object()  # (stands for a compiled kernel)
+    answers = [launcher.cluster_fits(kernel, (), 256, 16) for _ in range(3)]
+    answers.append(launcher.cluster_fits(kernel, (), 512, 16))  # another shape: asked again
+    assert answers == [True, True, True, False]
+    assert asked == [(256, 16, 0), (512, 16, 0)]
+
+
 def test_strided_rows_without_vectors():
     """Column stride 2 and an odd row stride: W = 1, plain loads; the kernels read strides."""
     rng, seed = fresh()

@@ -174,13 +174,28 @@ def _require_cluster(kernel, args, cluster):
                       CLUSTER_LOAD_BALANCING)])
 
 
+_CLUSTER_FITS = {}  # (compiled kernel's id, device, block, cluster, shared) → (kernel, answer)
+
+
 def cluster_fits(kernel, args, block, cluster, shared=0):
     """Whether the device holds a cluster of ``cluster`` blocks of ``block`` threads of
     this kernel at once (``cuOccupancyMaxActiveClusters`` ≥ 1), after the opt-in a size
     above :data:`PORTABLE_CLUSTER` needs (H100 and H200 run 16); False where the device
-    refuses either.  The simulator runs any size."""
+    refuses either.  Asked of the driver once per compiled kernel, device and launch
+    shape (a launch plan asks on every call).  The simulator runs any size."""
     if simulator_enabled():
         return True
+    from numba import cuda
+
+    ck = compiled(kernel, args)
+    key = (id(ck), getattr(cuda.get_current_device(), "id", None), block, cluster, shared)
+    if key not in _CLUSTER_FITS:  # (the kernel is kept with its answer: its id stays its own)
+        _CLUSTER_FITS[key] = (ck, _cluster_query(kernel, args, block, cluster, shared))
+    return _CLUSTER_FITS[key][1]
+
+
+def _cluster_query(kernel, args, block, cluster, shared):
+    """:func:`cluster_fits`'s driver query."""
     from cuda.bindings import driver
 
     try:
