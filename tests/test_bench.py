@@ -260,6 +260,29 @@ def test_crossovers_measure_fit_and_save_nothing_on_the_simulator(tmp_path, monk
     assert {(m, "float32") for m in ("fused", "onchip", "cluster", "group")} <= timed
 
 
+def test_quick_crossovers_fit_but_keep_nothing(monkeypatch, capsys):
+    """``--crossovers --quick`` measures five row sizes: it prints its fit, saves none
+    (the full run saves; the simulator's run saves nothing either, above)."""
+    from numba_softmax.bench import crossovers
+    from numba_softmax.kernels import launcher, methods
+
+    saved = []
+    monkeypatch.setattr(methods, "save_crossovers", lambda *a, **k: saved.append(a))
+    run = types.SimpleNamespace(cfg=types.SimpleNamespace(quick=True, smoke=False), sim=False,
+                                limits=launcher.device_limits(), case=lambda name, fn: None)
+    run.results = [types.SimpleNamespace(suite="crossovers", M=528, N=n, dtype="float32",
+                                         impl=impl, bytes=8 * 528 * n, median_ms=ms)
+                   for n, impl, ms in ((4096, "fused", 1.0), (4096, "onchip", 2.0),
+                                       (40960, "fused", 3.0), (40960, "onchip", 1.0))]
+    crossovers.run(run)
+    out = capsys.readouterr().out
+    assert "crossovers, 4-byte values" in out and "not saved" in out
+    assert saved == []
+    run.cfg.quick = False
+    crossovers.run(run)
+    assert len(saved) == 1  # the full run keeps its fit
+
+
 @pytest.mark.skipif(not SIMULATOR, reason="the simulator's message")
 def test_quick_on_the_simulator_says_it_runs_the_smoke_form(tmp_path, capsys):
     assert bench.main(["--quick", "--only", "topk", "--out", str(tmp_path)]) in (0, 1)

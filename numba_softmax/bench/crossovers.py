@@ -11,7 +11,7 @@ the rows: H200, float32 rows of 128 KB, 528 rows ``cluster`` 75.8 % of copy and
 :func:`numba_softmax.kernels.methods.fit_crossovers` finds the entry under which ``auto``'s
 rule picks the fastest kernels on these cases, and — on a GPU — it is saved for this
 device in the user's table (:mod:`numba_softmax.kernels.crossover_table`), which ``auto``
-reads from then on.  The run prints the entry, the share of the best each case's pick
+reads from then on (not after ``--quick``: its five row sizes are too coarse to choose by).  The run prints the entry, the share of the best each case's pick
 reaches under it and under the entry used before, and the file written.  64 s on an
 H200, compilation included (`--quick`: fewer row sizes).  Not part of a plain ``bench``
 run.
@@ -49,7 +49,10 @@ def run(b):
         return
     fitted = methods.fit_crossovers(measured, b.limits)
     report(fitted)
-    if not b.sim:
+    if b.cfg.quick:  # five row sizes: too coarse to keep (H200: it moved float32 onchip to 160 KB)
+        print("crossovers: not saved (--quick measures too few row sizes to choose by; "
+              "run --crossovers without --quick to keep a table)", flush=True)
+    elif not b.sim:
         path = methods.save_crossovers(b.limits.name, fitted)
         print(f"crossovers: saved for {b.limits.name} in {path}; numba_softmax's 'auto' "
               f"reads them from now on (delete the file to go back)", flush=True)
