@@ -201,62 +201,70 @@ def row_io(width, dtype):
     where the W values lie inside the row (j + W <= stop), value by value at its ragged
     end, each value converted to the accumulator type on the way in and back on the way
     out.  ``load_row`` fills the places past ``stop`` with ``pad`` (−inf for a max or a
-    sum, which weighs 0)."""
+    sum, which weighs 0).  Float16 and bfloat16 vectors of eight move as four 32-bit
+    words by one 16-byte load or store (:func:`words`): NVPTX would split a vector of
+    eight 16-bit values into two 8-byte accesses, each touching every sector of the
+    warp's 512 bytes and using half of it."""
     from . import jit
 
-    if width == 8 and jit.storage(dtype) in ("float16", jit.BFLOAT16):
-        return _row_words(dtype)
-    load, store = io(width)
     to_acc, to_storage = jit.loader(dtype), jit.storer(dtype)
+    if width == 8 and jit.storage(dtype) in ("float16", jit.BFLOAT16):
+        return _ragged(*_whole_words(dtype), to_acc, to_storage, width)
+    load, store = io(width)
     raw = storage_type(dtype)
 
     @jit.device
-    def load_row(x, row, j, stop, v, offset, pad):
-        if j + width <= stop:
-            bits = cuda.local.array(width, raw)  # the W stored values, in registers
-            load(x, row, j, bits, 0)
-            for k in range(width):
-                v[offset + k] = to_acc(bits[k])
-        else:
-            for k in range(width):
-                v[offset + k] = to_acc(x[row, j + k]) if j + k < stop else pad
+    def whole_load(x, row, j, v, offset):
+        bits = cuda.local.array(width, raw)  # the W stored values, in registers
+        load(x, row, j, bits, 0)
+        for k in range(width):
+            v[offset + k] = to_acc(bits[k])
 
     @jit.device
-    def store_row(y, row, j, stop, v, offset):
-        if j + width <= stop:
-            bits = cuda.local.array(width, raw)
-            for k in range(width):
-                bits[k] = to_storage(v[offset + k])
-            store(y, row, j, bits, 0)
-        else:
-            for k in range(width):
-                if j + k < stop:
-                    y[row, j + k] = to_storage(v[offset + k])
+    def whole_store(y, row, j, v, offset):
+        bits = cuda.local.array(width, raw)
+        for k in range(width):
+            bits[k] = to_storage(v[offset + k])
+        store(y, row, j, bits, 0)
 
-    return load_row, store_row
+    return _ragged(whole_load, whole_store, to_acc, to_storage, width)
 
 
-@functools.cache
-def _row_words(dtype):
-    """:func:`row_io` for float16 and bfloat16 rows in 16-byte vectors: each vector moved
-    as four 32-bit words by one 16-byte load or store (:func:`words`).  NVPTX would split
-    a vector of eight 16-bit values into two 8-byte accesses, each touching every sector
-    of the warp's 512 bytes and using half of it."""
+def _whole_words(dtype):
+    """(load, store) of one whole vector of eight 16-bit values as four words, converted."""
     from . import jit
 
-    U32, width = numba.uint32, 8
+    U32 = numba.uint32
     load_words, store_words = words()
-    to_acc, to_storage = jit.loader(dtype), jit.storer(dtype)
     from_bits, to_bits = jit.bits_loader(dtype), jit.bits_storer(dtype)
 
     @jit.device
+    def whole_load(x, row, j, v, offset):
+        w = cuda.local.array(4, U32)  # the vector's words, in registers
+        load_words(x, row, j, w, 0)
+        for k in range(8):
+            v[offset + k] = from_bits(numba.uint16(w[k // 2] >> U32(16) if k % 2
+                                                   else w[k // 2] & U32(0xFFFF)))
+
+    @jit.device
+    def whole_store(y, row, j, v, offset):
+        w = cuda.local.array(4, U32)
+        for k in range(4):
+            w[k] = U32(to_bits(v[offset + 2 * k])) | U32(to_bits(v[offset + 2 * k + 1])) << U32(16)
+        store_words(y, row, j, w, 0)
+
+    return whole_load, whole_store
+
+
+def _ragged(whole_load, whole_store, to_acc, to_storage, width):
+    """``load_row``/``store_row``: a whole vector where it lies inside the row, else value
+    by value (converted by ``to_acc`` / ``to_storage``), ``pad`` past ``stop``."""
+    from . import jit
+
+    @jit.device
     def load_row(x, row, j, stop, v, offset, pad):
         if j + width <= stop:
-            w = cuda.local.array(4, U32)  # the vector's words, in registers
-            load_words(x, row, j, w, 0)
-            for k in range(width):
-                v[offset + k] = from_bits(numba.uint16(w[k // 2] >> U32(16) if k % 2
-                                                       else w[k // 2] & U32(0xFFFF)))
+            whole_load(x, row, j, v, offset)
         else:
             for k in range(width):
                 v[offset + k] = to_acc(x[row, j + k]) if j + k < stop else pad
@@ -264,10 +272,7 @@ def _row_words(dtype):
     @jit.device
     def store_row(y, row, j, stop, v, offset):
         if j + width <= stop:
-            w = cuda.local.array(4, U32)
-            for k in range(4):
-                w[k] = U32(to_bits(v[offset + 2 * k])) | U32(to_bits(v[offset + 2 * k + 1])) << U32(16)
-            store_words(y, row, j, w, 0)
+            whole_store(y, row, j, v, offset)
         else:
             for k in range(width):
                 if j + k < stop:
@@ -286,23 +291,10 @@ def raw_row_io(width):
     load, store = io(width)
 
     @jit.device
-    def load_row(x, row, j, stop, v, offset, pad):
-        if j + width <= stop:
-            load(x, row, j, v, offset)
-        else:
-            for k in range(width):
-                v[offset + k] = x[row, j + k] if j + k < stop else pad
+    def same(value):
+        return value
 
-    @jit.device
-    def store_row(y, row, j, stop, v, offset):
-        if j + width <= stop:
-            store(y, row, j, v, offset)
-        else:
-            for k in range(width):
-                if j + k < stop:
-                    y[row, j + k] = v[offset + k]
-
-    return load_row, store_row
+    return _ragged(load, store, same, same, width)
 
 
 def vector_width(*arrays):
