@@ -2,7 +2,8 @@
 """Split-KV decoding on tensor cores (issue 17) on the GPU: checked, then timed against
 SDPA's grouped-query decode, dense and paged.
 
-    python scripts/gpu/decode_tc.py [--sweep] [--quick]
+    python scripts/gpu/decode_tc.py [--sweep] [--quick] [--configs W,BC,ST ...]
+                                    [--shapes BxCTX ...]
 
 One query token, Hq 32, Hkv 8, D 128, fp16 (and bf16 at one shape); (B, context) over
 {1, 16, 64} × {4K, 32K, 128K}.  Kernel time: CUDA events around 20 calls queued behind
@@ -11,9 +12,12 @@ each, without the launch plans of ``ns.attention``), median of 5 such sets, inpu
 50 MB L2.  Bytes: K and V read once, 2·B·Hkv·ctx·D·2.  Every result is checked against
 float32 SDPA on the same inputs: the error must be at most 2× fp16 SDPA's (+1e-3 slack
 for rounding at the output's half ulp) — else the run exits 1 before any timing is kept.
-Paged caches of page size 16 and 256 beside them.  ``--sweep``: every tiles
+Paged caches of page size 16 and 256 beside them (a shuffled pool per input set, rotated
+as the dense caches are; before the twenty-fourth session the first set's pool only, so
+that the small caches' paged rows were read from the L2).  ``--sweep``: every tiles
 configuration at each shape, dense and paged (tiles inside a page); default: the chosen
-one and the CUDA-core kernel (``tiles=False``).
+one and the CUDA-core kernel (``tiles=False``).  ``--configs``: sweep only these (warps,
+block_k, stages); ``--shapes``: these (B, context) instead of the nine (or ``--quick``'s).
 Prints tables; nothing is kept.
 """
 
@@ -31,8 +35,8 @@ from _timing import kernel_ms  # (scripts/gpu/, the script's own folder)
 
 HQ, HKV, D = 32, 8, 128
 CONFIGS = [dict(warps=w, block_k=bk, stages=st) for w, bk, st in
-           ((4, 32, 2), (4, 16, 3), (4, 16, 4), (8, 16, 2), (2, 32, 3), (4, 64, 2), (8, 32, 2),
-            (2, 64, 2), (4, 32, 3))]
+           ((4, 32, 2), (4, 16, 3), (4, 16, 4), (8, 16, 2), (8, 16, 3), (4, 16, 2), (2, 16, 2),
+            (2, 32, 3), (4, 64, 2), (8, 32, 2), (2, 64, 2), (4, 32, 3))]
 FAILED = []
 
 
@@ -94,28 +98,36 @@ def case(batch, ctx, dtype, sweep, gen):
             continue
         row(name, lambda i, cfg=cfg: DL.run(*dev[i], paged=False, tiles=cfg), outs[0][0])
     if nbytes <= 12 << 30:  # (a paged copy beside the dense caches must fit)
-        for bs in (16, 256):
-            pk, pv, table, lens = paged_copy(k0, v0, bs, gen)
-            args = [nb(x) for x in (q0, pk, pv, table, lens)] + [nb(x) for x in outs[0]]
+        for bs in (16, 256):  # a pool per set of inputs: rotated past the L2 as the dense
+            pools = [paged_copy(k_, v_, bs, gen) for _, k_, v_ in data]
+            args = [[nb(x) for x in (q_, *pool)] + [nb(x) for x in out]
+                    for (q_, _, _), pool, out in zip(data, pools, outs)]
             for cfg in [None] + (CONFIGS if sweep else []):
                 if cfg and (cfg["block_k"] > bs or TC.Tiles(D, D, **cfg).shared > 227 * 1024):
                     continue  # (tiles that cross pages: the slow path, not worth timing)
                 name = f"paged, page {bs} " + (str(tuple(cfg.values())) if cfg else "(default)")
-                row(name, lambda i, cfg=cfg: KP.launch(*args, max_seqlen_k=ctx, tiles=cfg),
+                row(name, lambda i, cfg=cfg: KP.launch(*args[i], max_seqlen_k=ctx, tiles=cfg),
                     outs[0][0])
-            del pk, pv
+            del pools, args
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--sweep", action="store_true", help="every tiles configuration")
     p.add_argument("--quick", action="store_true", help="B 1 and 64 at 4K, B 16 at 32K")
+    p.add_argument("--configs", nargs="+", metavar="W,BC,ST", help="sweep only these tiles")
+    p.add_argument("--shapes", nargs="+", metavar="BxCTX", help="(B, context) pairs, e.g. 1x4096")
     a = p.parse_args()
+    if a.configs:
+        CONFIGS[:] = [dict(zip(("warps", "block_k", "stages"), map(int, c.split(","))))
+                      for c in a.configs]
     print(f"device: {torch.cuda.get_device_name()}; Hq {HQ}, Hkv {HKV}, D {D}, one query token")
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     shapes = [(1, 4096), (16, 32768), (64, 4096)] if a.quick else \
         [(b, c) for b in (1, 16, 64) for c in (4096, 32768, 131072)]
+    if a.shapes:
+        shapes = [tuple(int(x) for x in sh.split("x")) for sh in a.shapes]
     for batch, ctx in shapes:
         case(batch, ctx, torch.float16, a.sweep, gen)
         torch.cuda.empty_cache()  # the case's caches are gone: give their memory back
