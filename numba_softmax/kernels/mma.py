@@ -46,7 +46,10 @@ compile-time constants only, so that they stay in registers):
                                     (rows 2t, 2t+1, col g) — a B fragment of a row-major V
     cp_async16(smem, i, src, row, col, ok)
                                     smem[i : i+8] ← src[row, col : col+8] (16 bytes,
-                                    asynchronously), or eight zeros when not ``ok``
+                                    asynchronously), or eight zeros when not ``ok``; the
+                                    L2 fetches the whole 128-byte line at once (``L2::128B``:
+                                    H200, split-KV decoding, +1–2 % of the read rate;
+                                    ``L2::256B`` gained nothing)
     cp_async_commit(), cp_async_wait_all()
                                     close a group of copies; wait until all have landed
     cp_async_wait(n)                (a build-time call) the function that waits until at
@@ -182,7 +185,7 @@ else:
             # src-size 0: nothing is read, the 16 bytes are zero-filled
             _asm(builder, ir.VoidType(),
                  [dst, _address(builder, ptr, 1, 64), size],
-                 "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}",
+                 "cp.async.cg.shared.global.L2::128B [$0], [$1], 16, $2;", "r,l,r,~{memory}",
                  side_effect=True)
             return context.get_dummy_value()
 
