@@ -282,6 +282,11 @@ def _topk():
         out.append(Entry("topk lists piece", f"{d} 512x16 slots{slots}{' perturbed' if perturb else ''}",
                          PIECE, (NP[d], 512, 16, W16[d], slots, perturb),
                          (C(ST[d], 2), int64, ACC[d], uint64, int64) + ws(d), block=512))
+    for d in ("f32", "bf16"):  # the last piece of a row merges it (Plan.fused)
+        out.append(Entry("topk lists piece", f"{d} 512x16 slots2 fused", PIECE,
+                         (NP[d], 512, 16, W16[d], 2, False, False, 2),
+                         (C(ST[d], 2), int64, ACC[d], uint64, int64) + ws(d) + (C(int32, 1),) + outs(d),
+                         block=512))
     out.append(Entry("topk lists merge", "f32 512 slots2", "kernels.topk_rows:merge_kernel|kernels.topk:merge_kernel",
                      (NP["f32"], 2, False, 512), ws("f32") + (int64,) + outs("f32"), block=512))
     # sampling: one kernel a row (x, k, inv_t, top_p, seed, tokens), or the lists' split

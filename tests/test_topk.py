@@ -108,11 +108,14 @@ def test_block_per_row_shared_floor(ties):
         run(x, k, plan=K.Plan(False, 64, 4))
 
 
-def test_split_row_pieces_merged():
+@pytest.mark.parametrize("fused", [False, True], ids=["kernel_2", "last_piece"])
+def test_split_row_pieces_merged(fused):
+    """Kernel 2 merging the lists' pieces, or (fused) the last piece of each row to finish."""
     rng = np.random.default_rng(3)
     x = rng.integers(-20, 20, (2, sized(100, 200_000))).astype(np.float32)  # ties across pieces
     x[1, -1] = np.nan  # in the last piece
-    run(x, 5, plan=K.Plan(False, sized(32, 256), 4, sized(3, 40)))  # 3 pieces: one list unpaired
+    for log in (False, True):  # 3 pieces: one list unpaired
+        run(x, 5, plan=K.Plan(False, sized(32, 256), 4, sized(3, 40), fused=fused), log=log)
 
 
 # --- the split path by radix select (kernels/topk_select.py) --------------------------------
@@ -205,8 +208,10 @@ def test_choose_takes_the_radix_split_for_few_long_rows():
         K.Plan(False, 512, 8, 32, True)  # 4 · 63 pieces of 2048 would be past the SMs
     assert not K.choose(1, 128256, 50, np.dtype(np.float32), 4, limits).radix  # the sampler's
     for k in (8, 50):  # half a row per multiprocessor: the lists, each row in 2 pieces of 512 …
-        assert K.choose(64, 128256, k, np.dtype(np.float32), 4, limits, True) == K.Plan(False, 512, 16, 2)
-        # … but a piece of fewer than 4 chunks of its block: a block a row
+        assert K.choose(64, 128256, k, np.dtype(np.float32), 4, limits, True) == K.Plan(False, 512, 16, 2,
+                                                                                         fused=True)
+        # (the last piece of a row merging it) … but a piece of fewer than 4 chunks of its
+        # block: a block a row
         assert K.choose(64, 32000, k, np.dtype(np.float32), 4, limits, True) == K.Plan(False, 512, 16, 1)
     assert not K.choose(1, 2**24, 128, np.dtype(np.float32), 4, limits, True).radix  # S·k too many
     assert K.choose(16, 128256, 50, np.dtype(np.float32), 4, limits, True) == K.Plan(False, 256, 16, 32, True)

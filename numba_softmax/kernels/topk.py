@@ -20,13 +20,14 @@ Four layouts (:func:`choose`):
   a floor and buffer their candidates it is no faster anywhere measured (B 64–256);
 * *split*: few long rows (B = 1 in decoding) cut into S pieces, one block each; kernel 1
   writes each piece's state (m, ℓ, k values, k indices) to a workspace, kernel 2 merges a
-  row's S states and writes.  The launch boundary is the grid-wide barrier — or, in a
-  plan that asks for it (``Plan.fused``: measured slower, never chosen), the last piece
-  of a row to finish merges it in the same launch (an atomic ticket:
-  :func:`.sync.last_to_finish`).  By default both
-  kernels select by radix (:mod:`.topk_select`: a cost that does not follow k); the
-  sorted lists (:mod:`.topk_rows`, :func:`.topk_state.pieces_state`) remain for
-  sampling's perturbed values and for plans that ask for them.
+  row's S states and writes.  The launch boundary is the grid-wide barrier — or
+  (``Plan.fused``) the last piece of a row to finish merges it in the same launch (an
+  atomic ticket: :func:`.sync.last_to_finish`).  For a few rows (B 1 … 32) both kernels
+  select by radix (:mod:`.topk_select`: a cost that does not follow k), in two launches
+  (fused measured slower there); from a quarter of the multiprocessors' count of rows,
+  a row's 2–4 pieces keep the sorted lists (:mod:`.topk_rows`,
+  :func:`.topk_state.pieces_state`) and merge in the last piece (3–4 µs less than a
+  second kernel).  Sampling's perturbed values keep the lists' two kernels.
 
 Memory traffic: read N·b once; write k·(b + 8) per row (+ the split workspace, S·k·8 per
 row).  Values come out in the input's dtype (probabilities; bfloat16 as uint16 bits),
@@ -65,7 +66,8 @@ class Plan(NamedTuple):
     ``radix``: the split path selects by radix (:mod:`.topk_select`; a piece is then held
     whole, ⌈piece/threads⌉ values a thread) instead of by sorted lists; ``filter``: a
     block streams its row or piece past a threshold (:mod:`.topk_filter`); ``fused``
-    (radix only): the last piece of a row to finish merges the row, in the same launch."""
+    (the radix and the lists' splits): the last piece of a row to finish merges the row,
+    in the same launch."""
 
     warp_rows: bool
     threads: int
@@ -98,7 +100,9 @@ def choose(rows, n, k, dtype, width, limits, radix=False):
     block (H200, B 64: 2 pieces of 512 at V 128256–262144, 5–13 % ahead of a block a row;
     at V 32000, where a piece would hold 2 chunks, a block a row, 13 % ahead; both
     1.0–2.8× the threshold filter; B 48 × 128256, k 50: 3 pieces a row — 144, a second
-    wave — 80.0 µs in float32 and 84.7 in bfloat16, 2 pieces 51–55 µs).
+    wave — 80.0 µs in float32 and 84.7 in bfloat16, 2 pieces 51–55 µs), the last piece
+    of a row merging it (``fused``: H200, B 48–64 × 128256–262144, 3–4 µs less than a
+    second kernel in every case — bfloat16 B 64 × 128256, k 50: 50.5 → 46.8 µs).
     """
     sms, max_threads = limits.sms, min(limits.max_threads, 512)
     vpt = min(4 * width, 16) if width > 1 else 8  # 16 keeps float16 in registers
@@ -107,7 +111,7 @@ def choose(rows, n, k, dtype, width, limits, radix=False):
     if radix and max(2, sms // 4) <= rows < sms:
         threads = min(LISTS_SPLIT_THREADS, max_threads)
         splits = max(1, min(sms // rows, n // (4 * threads * vpt)))  # ≥ 4 chunks a piece
-        return Plan(False, threads, vpt, splits)
+        return Plan(False, threads, vpt, splits, fused=splits > 1)
     if rows >= sms:
         warps = max(2, min(8, _pow2_at_least(-(-12 * sms // rows))))
         return Plan(False, min(WARP * warps, max_threads), vpt)
@@ -197,11 +201,17 @@ def launch(x, k, values, indices, *, temperature=1.0, log=False, stream=0, plan=
     piece, splits = pieces(n, min(p.splits, max_splits(x.dtype, k)), width)
     ws = workspace(rows, splits, k, acc, stream)
     args = (x, k, inv_t, np.uint64(0), piece) + ws
-    kern, threads = fit(lambda t: piece_kernel(x.dtype, t, vpt, width, slots, False), p.threads, args)
+    merged = p.fused and splits > 1  # the last piece of a row merges it: no kernel 2
+    if merged:
+        args += (counters.tickets(rows, stream, "topk list tickets"), values, indices)
+    kern, threads = fit(lambda t: piece_kernel(x.dtype, t, vpt, width, slots, False,
+                                               *((log, _pow2_at_least(splits)) if merged else ())),
+                        p.threads, args)
     launcher.launch(kern, (rows, splits), threads, stream, args)
-    threads = merge_threads()
-    merge = merge_kernel(x.dtype, slots, log, threads)
-    launcher.launch(merge, rows, threads, stream, ws + (k, values, indices))
+    if not merged:
+        threads = merge_threads()
+        merge = merge_kernel(x.dtype, slots, log, threads)
+        launcher.launch(merge, rows, threads, stream, ws + (k, values, indices))
 
 
 def merge_threads(radix=False):
