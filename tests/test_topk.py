@@ -208,11 +208,12 @@ def test_choose_takes_the_radix_split_for_few_long_rows():
         K.Plan(False, 512, 8, 32, True)  # 4 · 63 pieces of 2048 would be past the SMs
     assert not K.choose(1, 128256, 50, np.dtype(np.float32), 4, limits).radix  # the sampler's
     for k in (8, 50):  # half a row per multiprocessor: the lists, each row in 2 pieces of 512 …
-        assert K.choose(64, 128256, k, np.dtype(np.float32), 4, limits, True) == K.Plan(False, 512, 16, 2,
-                                                                                         fused=True)
-        # (the last piece of a row merging it) … but a piece of fewer than 4 chunks of its
-        # block: a block a row
-        assert K.choose(64, 32000, k, np.dtype(np.float32), 4, limits, True) == K.Plan(False, 512, 16, 1)
+        for n in (128256, 32000):  # (32000: 1.95 chunks of the block a piece)
+            assert K.choose(64, n, k, np.dtype(np.float32), 4, limits, True) == K.Plan(False, 512, 16, 2,
+                                                                                        fused=True)
+        # (the last piece of a row merging it) … but not pieces of 1.9 chunks of the block
+        assert K.choose(64, 31000, k, np.dtype(np.float32), 4, limits, True) == K.Plan(False, 512, 16, 1)
+        assert K.choose(100, 32000, k, np.dtype(np.float32), 4, limits, True).splits == 1  # ≥ SMs/2 rows
     assert not K.choose(1, 2**24, 128, np.dtype(np.float32), 4, limits, True).radix  # S·k too many
     assert K.choose(16, 128256, 50, np.dtype(np.float32), 4, limits, True) == K.Plan(False, 256, 16, 32, True)
     # (not fused: 16 · 32 pieces are more than the multiprocessors, whose registers the merge would take)

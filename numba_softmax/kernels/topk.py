@@ -96,13 +96,15 @@ def choose(rows, n, k, dtype, width, limits, radix=False):
     23.0 in two kernels; k 8 17.9 against 18.2; B 1 × 32000, k 50: 21.2 against 20.1.)
     With ``radix`` and between a quarter of and as many rows as multiprocessors: the
     lists, each row in ⌊SMs/rows⌋ pieces of :data:`LISTS_SPLIT_THREADS` (one wave: a
-    piece a multiprocessor), each piece at least 4 chunks of its
-    block (H200, B 64: 2 pieces of 512 at V 128256–262144, 5–13 % ahead of a block a row;
-    at V 32000, where a piece would hold 2 chunks, a block a row, 13 % ahead; both
-    1.0–2.8× the threshold filter; B 48 × 128256, k 50: 3 pieces a row — 144, a second
-    wave — 80.0 µs in float32 and 84.7 in bfloat16, 2 pieces 51–55 µs), the last piece
-    of a row merging it (``fused``: H200, B 48–64 × 128256–262144, 3–4 µs less than a
-    second kernel in every case — bfloat16 B 64 × 128256, k 50: 50.5 → 46.8 µs).
+    piece a multiprocessor), each piece about 2 chunks of its block or more (H200, B 64:
+    2 pieces of 512 at V 128256–262144, 5–13 % ahead of a block a row; both 1.0–2.8×
+    the threshold filter; B 48 × 128256, k 50: 3 pieces a row — 144, a second wave —
+    80.0 µs in float32 and 84.7 in bfloat16, 2 pieces 51–55 µs), the last piece of a
+    row merging it (``fused``: H200, B 48–64 × 128256–262144, 3–4 µs less than a second
+    kernel in every case — bfloat16 B 64 × 128256, k 50: 50.5 → 46.8 µs).  With that
+    merge, pieces of 1.95 chunks win too (B 64 × 32000, k 50: 33.7 → 31.4 µs in
+    bfloat16, 33.6 → 32.0 in float32, k 8 within 0.4 µs; × 64000: 42.3 → 38.1, k 8
+    27.0 → 23.3), where two kernels had lost by 13 %.
     """
     sms, max_threads = limits.sms, min(limits.max_threads, 512)
     vpt = min(4 * width, 16) if width > 1 else 8  # 16 keeps float16 in registers
@@ -110,7 +112,8 @@ def choose(rows, n, k, dtype, width, limits, radix=False):
         return Plan(True, min(128, max_threads), vpt)
     if radix and max(2, sms // 4) <= rows < sms:
         threads = min(LISTS_SPLIT_THREADS, max_threads)
-        splits = max(1, min(sms // rows, n // (4 * threads * vpt)))  # ≥ 4 chunks a piece
+        per = 2 * threads * vpt  # ≥ 2 chunks a piece, less an eighth of one (V 32000)
+        splits = max(1, min(sms // rows, (n + per // 16) // per))
         return Plan(False, threads, vpt, splits, fused=splits > 1)
     if rows >= sms:
         warps = max(2, min(8, _pow2_at_least(-(-12 * sms // rows))))
