@@ -3,8 +3,9 @@ them): a warp or a block per row, and the split path's two kernels by lists — 
 writes each piece's state (its k best by the warps' lists, and its (m, ℓ)), kernel 2
 merges a row's S states by :func:`.topk_state.pieces_state` — or the last piece of a row
 to finish merges them in the same launch.  The radix split
-(:mod:`.topk_select`, :mod:`.topk_merge`) is the default for few rows; these pieces stay
-for sampling's perturbed values (:mod:`.sample`) and for plans that ask for them.
+(:mod:`.topk_select`, :mod:`.topk_merge`) is the default for a few rows (B 1 … 32); these
+pieces, merged by the last, are the default from a quarter of the multiprocessors' count
+of rows, and in two kernels they serve sampling's perturbed values (:mod:`.sample`).
 Bytes and the algorithm: :mod:`.topk`'s docstring.
 """
 
