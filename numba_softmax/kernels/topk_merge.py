@@ -75,13 +75,19 @@ def row_merger(dtype, per_thread, threads, log, cap=CAP, most_heads=HEADS):
         heads = pieces * r
         u = cuda.local.array(per_thread, acc)
         j = cuda.local.array(per_thread, numba.int32)
-        for c in range(per_thread):  # the row's S lists, read as one flat run of S·k
-            q = tid + c * threads
-            s = q // k
+        # The row's S lists, read as one flat run of S·k: entry tid + c·threads is list s,
+        # place t — stepped by additions, not found by a division an entry (a 64-bit
+        # division is ~40 instructions, and at B 1 this one block's instructions are the time)
+        s, t = tid // k, tid % k
+        ds, dt = threads // k, threads % k
+        for c in range(per_thread):
             if s < pieces:
-                u[c], j[c] = ws_v[row, s, q - s * k], ws_i[row, s, q - s * k]
+                u[c], j[c] = ws_v[row, s, t], ws_i[row, s, t]
             else:
                 u[c], j[c] = -math.inf, EMPTY
+            s, t = s + ds, t + dt
+            if t >= k:  # past the list's end: the next list
+                s, t = s + 1, t - k
         if heads <= most_heads:
             for q in range(tid, heads, threads):  # the first r entries of every list
                 s = q // r
