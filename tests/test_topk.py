@@ -204,6 +204,8 @@ def test_choose_takes_the_radix_split_for_few_long_rows():
         p = K.choose(1, 128256, k, np.dtype(np.float32), 4, limits, True)
         assert p == K.Plan(False, K.WAVE_THREADS, 4, 63, True)  # a multiprocessor a piece
         assert p.splits * k <= K.RADIX_MERGE_THREADS * K.RADIX_MERGE_PER_THREAD
+        p = K.choose(1, 128256, k, np.dtype(np.uint16), 8, limits, True)  # bfloat16 (W 8)
+        assert p == K.Plan(False, K.WAVE_THREADS // 2, 8, 63, True)  # an 8-wide vector a thread
     assert K.choose(4, 128256, 50, np.dtype(np.float32), 4, limits, True) == \
         K.Plan(False, 512, 8, 32, True)  # 4 · 63 pieces of 2048 would be past the SMs
     assert not K.choose(1, 128256, 50, np.dtype(np.float32), 4, limits).radix  # the sampler's
