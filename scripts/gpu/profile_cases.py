@@ -14,7 +14,7 @@ L2) and SDPA's GQA decode beside it.  Every result is checked against float32 SD
 ``launch CASE …``: each named case once (after one call that compiles it), for
 ``ncu -k regex:…`` to profile; cases: ``decode-dense``, ``decode-inter``,
 ``decode-paged16``, ``decode-paged256`` (B 16 × 32K; ``decode1-…``: B 1 × 4K), ``topk-lists``, ``topk-filter64``,
-``topk-filter1024``, ``topk-radix1``, ``topk:B:V:k`` (the plan ``choose`` gives).  ``LINEINFO=1``: kernels compiled with line
+``topk-filter1024``, ``topk-radix1``, ``topk:B:V:k[:bf16]`` (the plan ``choose`` gives).  ``LINEINFO=1``: kernels compiled with line
 information (ncu's source page then names the Python lines).  Prints tables; nothing is
 kept.
 """
@@ -107,12 +107,14 @@ def time_layouts():
         sys.exit(1)
 
 
-def topk_case(B, V, k, plan=None):
+def topk_case(B, V, k, plan=None, bf16=False):
     x = torch.randn(B, V, device="cuda")
     values = torch.empty(B, k, device="cuda")
+    if bf16:  # (as its uint16 bits, as the package takes bfloat16)
+        x, values = x.bfloat16().view(torch.uint16), values.bfloat16().view(torch.uint16)
     indices = torch.empty(B, k, device="cuda", dtype=torch.int64)
-    plan = plan or K.choose(B, V, k, np.dtype(np.float32), 4, launcher.device_limits(), True)
-    print(f"top-k B {B} V {V} k {k}: {plan}")
+    plan = plan or K.choose(B, V, k, nb(x).dtype, 8 if bf16 else 4, launcher.device_limits(), True)
+    print(f"top-k B {B} V {V} k {k}{' bfloat16' if bf16 else ''}: {plan}")
     return lambda: K.launch(nb(x), k, nb(values), nb(indices), plan=plan)
 
 
@@ -129,9 +131,10 @@ def launch(names):
             "topk-filter1024": lambda: topk_case(1024, 128256, 50, K.Plan(False, 256, 8, 1, filter=True)),
             "topk-radix1": lambda: topk_case(1, 128256, 50)}
     for name in names:
-        if name.startswith("topk:"):  # topk:B:V:k — the plan choose gives
-            B, V, k = (int(a) for a in name.split(":")[1:])
-            topk[name] = lambda B=B, V=V, k=k: topk_case(B, V, k)
+        if name.startswith("topk:"):  # topk:B:V:k[:bf16] — the plan choose gives
+            B, V, k = (int(a) for a in name.split(":")[1:4])
+            bf16 = name.endswith(":bf16")
+            topk[name] = lambda B=B, V=V, k=k, bf16=bf16: topk_case(B, V, k, bf16=bf16)
         fn = fns[name] if name in fns else topk[name]()
         fn()  # compiles (and launches once)
         torch.cuda.synchronize()
