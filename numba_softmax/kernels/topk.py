@@ -93,9 +93,10 @@ def choose(rows, n, k, dtype, width, limits, radix=False):
     selects by radix instead: pieces of 512 threads × 4 values held in registers (8, 16;
     16-bit values: 256 × 8) where every piece gets a multiprocessor of its own; else of
     256 threads × 8 values (16 where more pieces would not run in two waves); the merge's
-    S·k entries must fit its registers; where nothing fits, the lists.  (``Plan.fused``, the merge in the same
-    launch, is never chosen: H200, B 1 × 128256, k 50, 512 × 4: 23.8 µs fused against
-    23.0 in two kernels; k 8 17.9 against 18.2; B 1 × 32000, k 50: 21.2 against 20.1.)
+    S·k entries must fit its registers; where nothing fits, the lists.  (``Plan.fused``,
+    the merge in the same launch, is never chosen: H200, B 1 × 128256, k 50, 512 × 4:
+    23.8 µs fused against 23.0 in two kernels; k 8 17.9 against 18.2; B 1 × 32000, k 50:
+    21.2 against 20.1.)
     With ``radix`` and between a quarter of and as many rows as multiprocessors: the
     lists, each row in ⌊SMs/rows⌋ pieces of :data:`LISTS_SPLIT_THREADS` (one wave: a
     piece a multiprocessor), each piece about 2 chunks of its block or more (H200, B 64:
