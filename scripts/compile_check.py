@@ -250,9 +250,9 @@ def _topk():
     out.append(Entry("topk radix fused", "f32 B1 strided x (A)", SEL,
                      (NP["f32"], 512, 4, 4, Ref(ROWM, (NP["f32"], 8, 512, False))),
                      head("f32", A) + ws("f32") + (C(int32, 1), int64) + outs("f32"), block=512))
-    # kernel 1: B 1 (63 pieces of 512 × 4), B 4 (32 of 512 × 8), B 16 (32 of 256 × 16)
-    for d, t, per in (("f32", 512, 4), ("f32", 512, 8), ("f32", 256, 16), ("f16", 512, 4),
-                      ("bf16", 512, 4), ("f64", 512, 4)):
+    # kernel 1: B 1 (63 pieces of 512 × 4; 16-bit: 256 × 8), B 4 (32 of 512 × 8), B 16 (32 of 256 × 16)
+    for d, t, per in (("f32", 512, 4), ("f32", 512, 8), ("f32", 256, 16), ("f16", 256, 8),
+                      ("bf16", 256, 8), ("f64", 512, 4)):
         out.append(Entry("topk radix piece", f"{d} {t}x{per}", SEL, (NP[d], t, per, W16[d]),
                          head(d) + ws(d), block=t))
     # kernel 2, the bound merge: 512 threads, ⌈S·k/512⌉ a thread (k 50: 8; k 128: 16)

@@ -15,6 +15,7 @@ from numba import cuda
 
 from numba_softmax.kernels import launcher
 from numba_softmax.kernels import topk as K
+from numba_softmax.kernels.topk_list import BUFFER, WARP
 from numba_softmax.reference import topk as RT
 from numba_softmax.topk import softmax_topk
 
@@ -106,6 +107,17 @@ def test_block_per_row_shared_floor(ties):
     x = rng.integers(-3, 4, shape).astype(np.float32) if ties else rng.standard_normal(shape)
     for k in (3, 40, 70):  # lists of 1, 2 and 4 entries a lane
         run(x, k, plan=K.Plan(False, 64, 4))
+
+
+def test_a_chunk_with_more_candidates_than_the_warps_buffer():
+    """An ascending row: once the first chunk has seeded the list, every value of each
+    later chunk beats θ — 32 lanes × 8 values, more than a warp's buffer holds — so they
+    go to the list in order of i, merged whenever 32 are waiting (the overflow path)."""
+    V = 4 * WARP * 8  # four chunks of one warp × 8 values
+    assert WARP * 8 > BUFFER
+    x = (np.arange(V, dtype=np.float64) / V)[None, :]  # (exact in float32)
+    for k in (40, 100):  # lists of 2 and 4 entries a lane
+        run(x, k, plan=K.Plan(False, WARP, 8))
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["kernel_2", "last_piece"])
@@ -204,6 +216,8 @@ def test_choose_takes_the_radix_split_for_few_long_rows():
         p = K.choose(1, 128256, k, np.dtype(np.float32), 4, limits, True)
         assert p == K.Plan(False, K.WAVE_THREADS, 4, 63, True)  # a multiprocessor a piece
         assert p.splits * k <= K.RADIX_MERGE_THREADS * K.RADIX_MERGE_PER_THREAD
+        p = K.choose(1, 128256, k, np.dtype(np.uint16), 8, limits, True)  # bfloat16 (W 8)
+        assert p == K.Plan(False, K.WAVE_THREADS // 2, 8, 63, True)  # an 8-wide vector a thread
     assert K.choose(4, 128256, 50, np.dtype(np.float32), 4, limits, True) == \
         K.Plan(False, 512, 8, 32, True)  # 4 · 63 pieces of 2048 would be past the SMs
     assert not K.choose(1, 128256, 50, np.dtype(np.float32), 4, limits).radix  # the sampler's

@@ -56,7 +56,9 @@ RADIX_BLOCKS = 2  # radix pieces per multiprocessor at once (~90 registers a thr
 RADIX_WAVES = 2  # … and at most two such waves (H200, B 16 × 128256, k 50: 47.5 µs, the lists 61)
 WAVE_THREADS = 512  # a radix split whose pieces fit one wave: blocks of 512 threads
 # holding 4 (else 8, 16) values a thread (H200, B 1 × 128256, k 50: 23.0 µs against 24.0
-# for 256 × 8; B 4: 512 × 8 24.1 against 26.5)
+# for 256 × 8; B 4: 512 × 8 24.1 against 26.5) — 16-bit values (one 8-wide vector a
+# thread) in half the threads, the same pieces (bfloat16 B 1 × 128256, k 50: 256 × 8 × 63
+# 23.9 µs against 26.3 for 512 threads holding half-empty vectors, 25.0 for 512 × 8 × 32)
 LISTS_SPLIT_THREADS = 512  # the pieces' block where rows are a quarter to one per SM
 
 
@@ -88,12 +90,13 @@ def choose(rows, n, k, dtype, width, limits, radix=False):
     of 256 threads, 512 for a handful of rows: shorter per-warp insertion chains), enough
     for ~16 warps per multiprocessor, as many as the merge's shared memory holds.
     With ``radix`` (plain top-k; the sampler's perturbed pass keeps the lists) the split
-    selects by radix instead: pieces of 512 threads × 4 values held in registers (8, 16)
-    where every piece gets a multiprocessor of its own; else of 256 threads × 8 values (16
-    where more pieces would not run in two waves); the merge's S·k entries must fit its
-    registers; where nothing fits, the lists.  (``Plan.fused``, the merge in the same
-    launch, is never chosen: H200, B 1 × 128256, k 50, 512 × 4: 23.8 µs fused against
-    23.0 in two kernels; k 8 17.9 against 18.2; B 1 × 32000, k 50: 21.2 against 20.1.)
+    selects by radix instead: pieces of 512 threads × 4 values held in registers (8, 16;
+    16-bit values: 256 × 8) where every piece gets a multiprocessor of its own; else of
+    256 threads × 8 values (16 where more pieces would not run in two waves); the merge's
+    S·k entries must fit its registers; where nothing fits, the lists.  (``Plan.fused``,
+    the merge in the same launch, is never chosen: H200, B 1 × 128256, k 50, 512 × 4:
+    23.8 µs fused against 23.0 in two kernels; k 8 17.9 against 18.2; B 1 × 32000, k 50:
+    21.2 against 20.1.)
     With ``radix`` and between a quarter of and as many rows as multiprocessors: the
     lists, each row in ⌊SMs/rows⌋ pieces of :data:`LISTS_SPLIT_THREADS` (one wave: a
     piece a multiprocessor), each piece about 2 chunks of its block or more (H200, B 64:
@@ -121,10 +124,10 @@ def choose(rows, n, k, dtype, width, limits, radix=False):
     if radix:
         cap = min(RADIX_MERGE_THREADS, limits.max_threads) * RADIX_MERGE_PER_THREAD
         threads = min(WAVE_THREADS, max_threads)
-        for per in (4, 8, 16):  # every piece a multiprocessor of its own
+        for per in (4, 8, 16):  # every piece a multiprocessor of its own …
             splits = -(-n // (threads * per))
-            if rows * splits <= sms and splits * k <= cap:
-                return Plan(False, threads, per, splits, True)
+            if rows * splits <= sms and splits * k <= cap:  # … a thread whole vectors: 16-bit
+                return Plan(False, threads * per // max(per, width), max(per, width), splits, True)
         threads = min(256, max_threads)
         for per in (8, 16):  # (32 a thread would take ~210 registers)
             splits = -(-n // (threads * per))

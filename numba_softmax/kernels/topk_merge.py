@@ -33,7 +33,7 @@ from ..combine import EMPTY, combine_device, precedes_device
 from . import jit
 from .jit import accumulator
 from .reduce import block_combine
-from .topk_select import radix_select, select_memory
+from .topk_select import preceding, radix_select, select_memory
 from .topk_state import writer
 
 CAP = 1024  # gathered entries ranked by counting (8 KB of shared memory, 12 for float64)
@@ -53,14 +53,6 @@ def row_merger(dtype, per_thread, threads, log, cap=CAP, most_heads=HEADS):
     write = writer(dtype, log)
 
     @jit.device
-    def rank(v, i, q, n):
-        """How many of the n entries v/i[0 : n] precede entry q."""
-        p = 0
-        for f in range(n):  # (every thread reads entry f at once: a broadcast)
-            p += 1 if precedes_device(v[f], i[f], v[q], i[q]) else 0
-        return p
-
-    @jit.device
     def merge_row(ws_v, ws_i, ws_m, ws_l, row, k, n, idx_bytes, values, indices, mem):
         hist, ctrl, cv, ci, sv, si, m_sh, l_sh = mem
         hv = cuda.shared.array(most_heads, acc)
@@ -75,17 +67,27 @@ def row_merger(dtype, per_thread, threads, log, cap=CAP, most_heads=HEADS):
         heads = pieces * r
         u = cuda.local.array(per_thread, acc)
         j = cuda.local.array(per_thread, numba.int32)
-        for c in range(per_thread):  # the row's S lists, read as one flat run of S·k
-            q = tid + c * threads
-            s = q // k
-            if s < pieces:
-                u[c], j[c] = ws_v[row, s, q - s * k], ws_i[row, s, q - s * k]
+        # The row's S lists, read as one flat run of S·k: entry tid + c·threads is list s,
+        # place t — stepped by additions, not found by a division an entry (a 64-bit
+        # division is ~40 instructions, and at B 1 this one block's instructions are the
+        # time), unsigned (a signed index adds negative-index arithmetic to every load)
+        w, kk, most = numba.uint32(row), numba.uint32(k), numba.uint32(pieces)
+        s, t = numba.uint32(tid) // kk, numba.uint32(tid) % kk
+        ds, dt = numba.uint32(threads) // kk, numba.uint32(threads) % kk
+        for c in range(per_thread):
+            if s < most:
+                u[c], j[c] = ws_v[w, s, t], ws_i[w, s, t]
             else:
                 u[c], j[c] = -math.inf, EMPTY
+            s, t = s + ds, t + dt
+            if t >= kk:  # past the list's end: the next list
+                s, t = s + numba.uint32(1), t - kk
         if heads <= most_heads:
             for q in range(tid, heads, threads):  # the first r entries of every list
-                s = q // r
-                hv[q], hi[q] = ws_v[row, s, q - s * r], ws_i[row, s, q - s * r]
+                f = numba.uint32(q)
+                s = f // numba.uint32(r)
+                t = f - s * numba.uint32(r)
+                hv[q], hi[q] = ws_v[w, s, t], ws_i[w, s, t]
         if tid == 0:
             bound_v[0], bound_i[0], bound_i[1] = -math.inf, EMPTY, 0  # b unknown: all
         m, l = acc(-math.inf), acc(0.0)
@@ -95,7 +97,7 @@ def row_merger(dtype, per_thread, threads, log, cap=CAP, most_heads=HEADS):
         cuda.syncthreads()  # the heads and b's slot are written before anyone reads them
         if heads <= most_heads:
             for q in range(tid, heads, threads):  # b: the head of rank k − 1
-                if hi[q] != EMPTY and rank(hv, hi, q, heads) == k - 1:
+                if hi[q] != EMPTY and preceding(hv, hi, heads, hv[q], hi[q]) == k - 1:
                     bound_v[0], bound_i[0] = hv[q], hi[q]
         cuda.syncthreads()  # b is known before anyone gathers
         bu, bj = bound_v[0], bound_i[0]
@@ -108,7 +110,7 @@ def row_merger(dtype, per_thread, threads, log, cap=CAP, most_heads=HEADS):
         g = bound_i[1]
         if heads <= most_heads and g <= cap:  # (the same for every thread: no one waits alone)
             for q in range(tid, g, threads):  # its place: how many candidates precede it
-                p = rank(gv, gi, q, g)
+                p = preceding(gv, gi, g, gv[q], gi[q])
                 if p < k:
                     sv[p], si[p] = gv[q], gi[q]
             for q in range(g + tid, k, threads):  # fewer than k real entries: padding

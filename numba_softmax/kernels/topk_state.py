@@ -34,13 +34,33 @@ import math
 import numba
 from numba import cuda
 
-from ..combine import combine_device, rank_device, weight_device
+from ..combine import combine_device, precedes_device, weight_device
 from . import jit
 from .chunk import pow2_ceil
 from .jit import accumulator
 from .reduce import block_combine, warp_combine
 from .topk_list import BUFFER, WARP, warp_list
 from .topk_stream import stream
+
+
+U32 = numba.uint32  # list places: unsigned, so no index pays for negative-index arithmetic
+
+
+@jit.device
+def place_in(u, j, values, indices, start, k, ties):
+    """:func:`combine.rank` on the device, in unsigned arithmetic (``start``, ``k``: U32):
+    how many entries of the sorted list values[start : start + k] precede (u, j) — with
+    ``ties``, also those equal to it; log2(k) + 1 reads.  (Signed 64-bit steps and indices
+    cost ~3× the instructions, and a block's merge runs one of these an entry a round.)"""
+    lo, hi = U32(0), k
+    while lo < hi:
+        mid = (lo + hi) >> U32(1)
+        a, b = values[start + mid], indices[start + mid]
+        if precedes_device(a, b, u, j) or (ties and a == u and b == j):
+            lo = mid + U32(1)
+        else:
+            hi = mid
+    return lo
 
 
 @functools.cache
@@ -53,30 +73,31 @@ def merge_lists(acc, per_thread):
     def merge(sv, si, n_lists, k, tid, threads):
         mu = cuda.local.array(per_thread, acc)
         mj = cuda.local.array(per_thread, numba.int32)
-        dest = cuda.local.array(per_thread, numba.int32)
-        d = 1
-        while d < n_lists:  # round d: list a (a % 2d = 0) takes in list a + d
+        dest = cuda.local.array(per_thread, numba.uint32)
+        kk, lists, gone = U32(k), U32(n_lists), U32(0xFFFFFFFF)
+        d = U32(1)
+        while d < lists:  # round d: list a (a % 2d = 0) takes in list a + d
             for e in range(per_thread):
-                q = tid + e * threads
-                lst = q // k
-                r = q - lst * k
-                dest[e] = -1
-                if q < n_lists * k and lst % d == 0:
+                q = U32(tid + e * threads)
+                lst = q // kk
+                r = q - lst * kk
+                dest[e] = gone
+                if lst < lists and lst & (d - U32(1)) == U32(0):
                     mu[e], mj[e] = sv[q], si[q]
-                    if lst % (2 * d) == 0:  # from list a: before equal entries of b
-                        if lst + d < n_lists:
-                            s = r + rank_device(mu[e], mj[e], sv, si, (lst + d) * k, k, False)
-                            dest[e] = lst * k + s if s < k else -1
+                    if lst & (d + d - U32(1)) == U32(0):  # from list a: before equal entries of b
+                        if lst + d < lists:
+                            s = r + place_in(mu[e], mj[e], sv, si, (lst + d) * kk, kk, False)
+                            dest[e] = lst * kk + s if s < kk else gone
                     else:  # from list b = a + d, moving into a
-                        s = r + rank_device(mu[e], mj[e], sv, si, (lst - d) * k, k, True)
-                        dest[e] = (lst - d) * k + s if s < k else -1
+                        s = r + place_in(mu[e], mj[e], sv, si, (lst - d) * kk, kk, True)
+                        dest[e] = (lst - d) * kk + s if s < kk else gone
             cuda.syncthreads()  # every entry knows its place before any entry moves
             for e in range(per_thread):
-                if dest[e] >= 0:
+                if dest[e] != gone:
                     sv[dest[e]] = mu[e]
                     si[dest[e]] = mj[e]
             cuda.syncthreads()  # the merged lists are whole before the next round reads them
-            d *= 2
+            d += d
 
     return merge
 
@@ -168,10 +189,12 @@ def pieces_state(acc, lists, threads, slots):
     def state(ws_v, ws_i, ws_m, ws_l, row, k, sv, si, m_sh, l_sh):
         tid = cuda.threadIdx.x
         n = ws_m.shape[1]
+        w, kk = U32(row), U32(k)
         for q in range(tid, n * k, threads):  # the S lists, side by side
-            s = q // k
-            sv[q] = ws_v[row, s, q - s * k]
-            si[q] = ws_i[row, s, q - s * k]
+            f = U32(q)
+            s = f // kk
+            sv[f] = ws_v[w, s, f - s * kk]
+            si[f] = ws_i[w, s, f - s * kk]
         m, l = acc(-math.inf), acc(0.0)
         for s in range(tid, n, threads):  # the S (m, ℓ), folded by the combiner
             m, l = combine_device(m, l, ws_m[row, s], ws_l[row, s])

@@ -249,13 +249,13 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
                     total = shfl(before, WARP - 1)
                     before -= mine
                     if count + total <= BUFFER:  # the common case: each lane writes its own
-                        q = bbase + count + before
+                        q = numba.uint32(bbase + count + before)  # (unsigned: no negative-index code)
                         for i in range(vpt):
                             if u[i] >= gate:
                                 j = index(base, t, R, i)
                                 bv[q] = u[i]
                                 bi[q] = j if j < stop else EMPTY
-                                q += 1
+                                q += numba.uint32(1)
                         count += total
                     else:  # (while the lists fill) in order of i, merging whenever full
                         below = (numba.uint32(1) << numba.uint32(lane)) - numba.uint32(1)
