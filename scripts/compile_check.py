@@ -255,6 +255,13 @@ def _topk():
                       ("bf16", 256, 8), ("f64", 512, 4)):
         out.append(Entry("topk radix piece", f"{d} {t}x{per}", SEL, (NP[d], t, per, W16[d]),
                          head(d) + ws(d), block=t))
+    # 16-bit rows that are not whole vectors (a strided view: W 1) hold one value a slot,
+    # padded with a float16 −inf made on the device (a float16 constant is invalid NVVM IR)
+    for d in HALF:
+        out.append(Entry("topk radix piece", f"{d} 128x8 strided W1 (A)", SEL, (NP[d], 128, 8, 1),
+                         head(d, A) + ws(d), block=128))
+        out.append(Entry("topk filter", f"{d} 256x8 strided W1 (A)", "kernels.topk_filter:filter_kernel",
+                         (NP[d], 256, 8, 1, False), head(d, A) + ws(d) + outs(d), block=256))
     # kernel 2, the bound merge: 512 threads, ⌈S·k/512⌉ a thread (k 50: 8; k 128: 16)
     for d, per, log in (("f32", 8, False), ("f32", 16, False), ("f16", 8, False), ("f32", 8, True),
                         ("f64", 8, False)):
@@ -276,6 +283,10 @@ def _topk():
             ("f32", 64, 16, 4, False, True, "B1024 block rows k128 log")):
         out.append(Entry("topk rows", f"{d} {cfg}", ROWS, (NP[d], t, vpt, W16[d], slots, warp_rows, log),
                          rowsig(d), block=t))
+    for d in HALF:
+        out.append(Entry("topk rows", f"{d} B256 block rows strided W1 (A)", ROWS,
+                         (NP[d], 256, 16, 1, 2, False, False),
+                         (A(ST[d], 2), int64, ACC[d]) + outs(d), block=256))
     # the lists' split (B 64: 2 pieces of 512), and sampling's
     PIECE = "kernels.topk_rows:piece_kernel|kernels.topk:piece_kernel"
     for d, slots, perturb in (("f32", 2, False), ("f16", 2, False), ("f32", 1, True)):
@@ -287,6 +298,9 @@ def _topk():
                          (NP[d], 512, 16, W16[d], 2, False, False, 2),
                          (C(ST[d], 2), int64, ACC[d], uint64, int64) + ws(d) + (C(int32, 1),) + outs(d),
                          block=512))
+    out.append(Entry("topk lists piece", "f16 512x16 slots2 strided W1 (A)", PIECE,
+                     (NP["f16"], 512, 16, 1, 2, False),
+                     (A(float16, 2), int64, float32, uint64, int64) + ws("f16"), block=512))
     out.append(Entry("topk lists merge", "f32 512 slots2", "kernels.topk_rows:merge_kernel|kernels.topk:merge_kernel",
                      (NP["f32"], 2, False, 512), ws("f32") + (int64,) + outs("f32"), block=512))
     # sampling: one kernel a row (x, k, inv_t, top_p, seed, tokens), or the lists' split
@@ -299,6 +313,8 @@ def _topk():
             ("f32", 128, 2, True, False, "warp rows V2048")):
         out.append(Entry("sample", f"{d} {cfg}", SMP, (NP[d], t, 16, W16[d], slots, warp_rows, perturb),
                          (C(ST[d], 2), int64, ACC[d], ACC[d], uint64, C(int64, 1)), block=t))
+    out.append(Entry("sample", "f16 B256 top_k 50 strided W1 (A)", SMP, (NP["f16"], 256, 16, 1, 2, False, False),
+                     (A(float16, 2), int64, float32, float32, uint64, C(int64, 1)), block=256))
     for slots, perturb in ((2, False), (1, True)):
         out.append(Entry("sample merge", f"f32 512 slots{slots}{' perturbed' if perturb else ''}",
                          "kernels.sample:merge_kernel", (NP["f32"], slots, perturb, 512),

@@ -61,6 +61,21 @@ def test_a_seed_reproduces_the_draws():
     assert (a != c).any()
 
 
+@pytest.mark.parametrize("plan", [K.Plan(True, 64, 4), K.Plan(False, 32, 4, 2)], ids=["warp-rows", "split"])
+def test_strided_float16_rows(plan):
+    """A strided float16 view (W 1): its rows' ends padded by a float16 −inf made on the
+    device (a float16 constant in a kernel failed to compile on a GPU)."""
+    x = logits(sized(3, 64), sized(24, 5000), 4).astype(np.float16)
+    wide = np.zeros((x.shape[0], 2 * x.shape[1]), np.float16)
+    wide[:, ::2] = x
+    tokens = cuda.to_device(np.full(x.shape[0], -7, np.int64))  # poisoned
+    kw = dict(top_k=5, top_p=0.8, temperature=0.7, seed=3)
+    S.launch(cuda.to_device(wide)[:, ::2], tokens, plan=plan, **kw)
+    got, ref = tokens.copy_to_host(), RT.sample(x.astype(np.float32), **kw)
+    assert got[1] == -1 and (got[np.arange(len(got)) != 1] >= 0).all()
+    assert (got != ref).mean() <= sized(0, 1e-3), (got, ref)
+
+
 @pytest.mark.skipif(SIMULATOR, reason="big shapes: GPU only")
 def test_gpu_split_rows_and_bfloat16():
     x = logits(4, 128256, 2) * 3

@@ -209,6 +209,21 @@ def test_radix_split_strided_and_k_equal_to_v():
     run(x, 70, strided=True, plan=K.Plan(False, 32, 1, 2, True))  # W = 1, every entry kept
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("plan", [K.Plan(True, 32, 4), K.Plan(False, 32, 4), K.Plan(False, 32, 4, 2),
+                                  K.Plan(False, 32, 1, 2, True), K.Plan(False, 32, 4, 2, filter=True)],
+                         ids=["warp-rows", "block-rows", "lists-split", "radix-split", "filter"])
+def test_strided_16_bit_rows_every_layout(dtype, plan):
+    """A strided view (W 1) holds one stored value a slot and pads its row's end with
+    −inf as stored — float16's converted on the device: a float16 constant in a kernel
+    is IR that NVVM rejects, and every strided float16 top-k failed to compile on a GPU
+    (the simulator compiles nothing)."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((sized(2, 6), sized(70, 50_001))) * 3
+    x[0, :5] = -np.inf
+    run(x, sized(9, 64), dtype=dtype, strided=True, plan=plan)
+
+
 def test_choose_takes_the_radix_split_for_few_long_rows():
     limits = launcher.Limits("H100", sms=132, max_threads=1024, shared_optin=227 * 1024,
                              shared_per_sm=228 * 1024, l2_bytes=50 << 20)

@@ -37,7 +37,10 @@ def loads(dtype, vpt, width):
         stored = vector.storage_type(dtype)
         load, (load_row, _) = jit.loader(dtype), vector.raw_row_io(width)
         bf16 = jit.storage(dtype) == jit.BFLOAT16  # stored as uint16 bits: −inf is 0xFF80
-        pad = stored(0xFF80) if bf16 else stored(accumulator(dtype)(-math.inf))
+        # −inf past the row's end; float16's as a float32, converted where it is stored: a
+        # float16 constant in a kernel is emitted as ``i16 -inf``, which NVVM rejects
+        # (ERROR_INVALID_IR: every strided float16 top-k failed to compile on a GPU)
+        pad = stored(0xFF80) if bf16 else accumulator(dtype)(-math.inf)
 
         @jit.device
         def value(h, i):
