@@ -13,6 +13,7 @@ entries: 4 minutes on 2 cores):
     python scripts/compile_check.py                        # every kernel, this tree
     python scripts/compile_check.py --only topk --only decode   # names containing either
     python scripts/compile_check.py --list                 # the table, nothing compiled
+    python scripts/compile_check.py --strided-16           # + 16-bit kernels at width 1
     mkdir -p /tmp/main && git archive main numba_softmax | tar -x -C /tmp/main
     python scripts/compile_check.py --compare /tmp/main    # both trees, side by side
     python scripts/compile_check.py --root /tmp/main       # the other tree alone
@@ -501,8 +502,48 @@ def _plumbing():
 
 
 TABLE = _softmax() + _topk() + _attention() + _backward() + _plumbing()
-ENTRIES = {e.key: e for e in TABLE}
-assert len(ENTRIES) == len(TABLE), "two entries share a name and configuration"
+
+
+def _params(target, root=REPO):
+    """The parameter names of the factory ``module:name`` (the first of "a|b" found),
+    read from its source: nothing is imported."""
+    import ast
+
+    for t in target.split("|"):
+        mod, fac = t.split(":")
+        path = os.path.join(root, "numba_softmax", *mod.split(".")) + ".py"
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                for node in ast.parse(f.read()).body:
+                    if isinstance(node, ast.FunctionDef) and node.name == fac:
+                        return [a.arg for a in node.args.args]
+    return []
+
+
+def strided_16(table, root=REPO):
+    """Each 16-bit entry whose factory takes ``width``, again at width 1 with its 2-D
+    arrays of the storage dtype strided ("A"): what a strided view of a user's float16 or
+    bfloat16 array compiles (``--strided-16``).  A float16 constant broke only those —
+    every strided float16 top-k failed on a GPU — while no entry of the table had one."""
+    out, seen = [], set()
+    for e in table:
+        d = e.config.split()[0]
+        names = _params(e.target, root) if d in HALF else []
+        if "width" not in names or names.index("width") >= len(e.args) or e.args[names.index("width")] == 1:
+            continue  # (no width, or the entry is at width 1 already)
+        args = list(e.args)
+        args[names.index("width")] = 1
+        sig = tuple(A(t.dtype, 2) if isinstance(t, Array) and t.ndim == 2 and t.dtype == ST[d] else t
+                    for t in e.sig)
+        if (e.target, repr(args), sig) not in seen:
+            seen.add((e.target, repr(args), sig))
+            out.append(e._replace(config=e.config + " [strided W1]", args=tuple(args), sig=sig))
+    return out
+
+
+STRIDED_16 = strided_16(TABLE)
+ENTRIES = {e.key: e for e in TABLE + STRIDED_16}
+assert len(ENTRIES) == len(TABLE) + len(STRIDED_16), "two entries share a name and configuration"
 HEAVY = ("attention", "decode", "topk radix", "topk merge", "topk filter")  # compiled first
 
 
@@ -843,6 +884,8 @@ def main(argv=None):
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
                    help="worker processes (default: os.cpu_count())")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds an entry may take")
+    p.add_argument("--strided-16", action="store_true", help="also every 16-bit entry whose "
+                   "factory takes a width, at width 1 with strided arrays (a strided view's kernels)")
     p.add_argument("--list", action="store_true", help="print the table; compile nothing")
     p.add_argument("--ptx-dir", help="keep each entry's PTX and ptxas report here")
     p.add_argument("--as-linked", action="store_true", help="hand ptxas the PTX as NVVM "
@@ -854,7 +897,8 @@ def main(argv=None):
     if args.worker:
         return worker(args.root, args.ptx_dir, args.as_linked)
 
-    entries = [e for e in TABLE if not args.only or any(s in e.key for s in args.only)]
+    table = TABLE + (STRIDED_16 if args.strided_16 else [])
+    entries = [e for e in table if not args.only or any(s in e.key for s in args.only)]
     if not entries:
         sys.exit(f"no entry matches {args.only}")
     if args.list:

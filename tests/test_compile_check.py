@@ -65,3 +65,22 @@ ptxas info    : Used 64 registers, used 1 barriers, 16672 bytes smem, 400 bytes 
     assert cc._max_threads(64, None) == 1024
     assert cc._max_threads(75, None) == 800  # 2560 registers a warp: 25 warps
     assert cc._max_threads(128, (256, 2)) == 256
+
+
+def test_strided_16_bit_variants_take_width_1_and_strided_rows():
+    """``--strided-16``: each 16-bit entry whose factory takes a width, at width 1 with its
+    2-D arrays of the storage dtype strided — where a float16 constant once broke every
+    strided float16 top-k kernel, which no entry of the table had."""
+    cc = _script()
+    variants = {e.key: e for e in cc.STRIDED_16}
+    assert len(variants) > 40
+    key = "topk rows f16 B256 block rows [strided W1]"
+    base, v = cc.ENTRIES["topk rows f16 B256 block rows"], variants[key]
+    width = cc._params(base.target).index("width")
+    assert base.args[width] == 8 and v.args[width] == 1
+    assert base.sig[0] == cc.C(cc.float16, 2) and len(v.sig) == len(base.sig)
+    for mine, theirs in zip(v.sig, base.sig):  # the float16 rows strided (x, values), no other
+        half = getattr(theirs, "ndim", 0) == 2 and theirs.dtype == cc.float16
+        assert mine == (cc.A(cc.float16, 2) if half else theirs)
+    for e in cc.STRIDED_16:
+        assert e.config.split()[0] in cc.HALF and e.args[cc._params(e.target).index("width")] == 1
