@@ -7,7 +7,8 @@ What is drawn
   largest finite); ties; −inf, NaN and +inf anywhere, and rows of −inf; strided views
   (steps, negative steps for NumPy, offsets) and transposes; NumPy arrays and, as device
   arrays, Numba device arrays (and CuPy / PyTorch on a GPU when they are importable);
-  every method; ``out=`` in any layout, in place and aliasing.  Attention and
+  every method; ``out=`` in any layout, in place and aliasing.  ``softmax_topk`` on the
+  same inputs (k 1 … min(n, 128), temperatures that are powers of two, log).  Attention and
   ``merge_attention`` (when :mod:`numba_softmax.attention` is there): ragged Sq/Sk,
   empty ones, head dims 1–128, causal or not, split-KV, ±inf/NaN in q, k (and v when not
   causal), −inf/+inf/NaN in LSEs.
@@ -41,6 +42,7 @@ from numba import cuda
 
 import numba_softmax as ns
 from numba_softmax import reference as R
+from numba_softmax.reference import topk as RT
 from numba_softmax.kernels import fused
 
 from _helpers import permuted, SIMULATOR, device_kinds, sized, to_host
@@ -410,6 +412,37 @@ def test_fuzz_out_aliasing_the_input(data):
     assert got is out
     want = expected(func, x_host, -1)
     assert_matches(to_host(got), want, dtype, TOL[func][dtype], f"{func}/{method}/{kind}/{alias}")
+
+
+# --- softmax + top-k ----------------------------------------------------------------------
+TEMPERATURES = [1.0, 1.0, 0.5, 2.0, 0.25]  # powers of two: x / T is exact in every dtype
+
+
+@pytest.mark.parametrize("kind", ["numpy"] + DEVICE_KINDS)
+@given(data=st.data())
+def test_fuzz_softmax_topk(kind, data):
+    """``softmax_topk`` on any dtype, view (device arrays viewed on the device: strided
+    rows, read without vector loads — where a float16 constant once failed to compile)
+    and content, k from 1 to min(n, 128), temperature, log: the values within softmax's
+    (log_softmax's) tolerance of the float64 reference, the indices exactly the
+    reference's (u = x / T is exact, so the order and its ties are the same)."""
+    p = data.draw(problems(negative_steps=kind == "numpy"), label="problem")
+    x, xin = build(p, kind)
+    axis = p["axis"]
+    n = x.shape[axis]
+    if n == 0 or (SIMULATOR and x.size > 600):  # (k ≥ 1; the simulator's warp votes are slow)
+        return
+    k = data.draw(st.integers(1, min(n, 128)), label="k")
+    temperature = data.draw(st.sampled_from(TEMPERATURES), label="temperature")
+    log = data.draw(st.booleans(), label="log")
+    note(f"x: shape {x.shape}, strides {x.strides}, dtype {x.dtype}, axis {axis}")
+    v, i = ns.softmax_topk(xin, k, axis=axis, temperature=temperature, log=log)
+    v, i = np.moveaxis(to_host(v), axis, -1), np.moveaxis(to_host(i), axis, -1)
+    want_v, want_i = RT.softmax_topk(np.moveaxis(x, axis, -1), k, temperature=temperature, log=log)
+    assert i.dtype == np.int64
+    np.testing.assert_array_equal(i, want_i)
+    func = "log_softmax" if log else "softmax"
+    assert_matches(v, want_v, x.dtype, TOL[func][x.dtype], f"softmax_topk/{kind}/k {k}/T {temperature}")
 
 
 # --- attention --------------------------------------------------------------------------
