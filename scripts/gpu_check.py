@@ -156,7 +156,8 @@ def jobs(args, log_dir):
     """Phase 1 jobs: (name, command, limit, env)."""
     suite = [p for p in sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py"))
              if p not in OWN_JOBS]
-    out = [("suite", PYTEST + ["-n", "6", "-v", "--hypothesis-profile=gpu"] + suite, args.limit,
+    out = [("suite", PYTEST + ["-n", str(args.suite_workers), "-v", "--hypothesis-profile=gpu"] + suite,
+            args.limit,
             {"NUMBA_SOFTMAX_GPU_EXAMPLES": str(args.suite_examples)}),
            ("reliability", PYTEST + ["tests/test_reliability.py"], args.limit, None)]
     for shard in range(args.fuzz_first_seed, args.fuzz_first_seed + args.fuzz_shards):
@@ -233,6 +234,9 @@ def main(argv=None):
     p.add_argument("--fuzz-shards", type=int, default=6,
                    help="fuzz processes, one seed each (default 6: with 100 examples each, ~900 cases a shard, 5400 in all; --merge a second run of new seeds for ≥ 10⁴)")
     p.add_argument("--fuzz-examples", type=int, default=100, help="per fuzz test per shard")
+    p.add_argument("--suite-workers", type=int, default=6,
+                   help="pytest-xdist workers of the suite job (more where it runs beside few jobs: "
+                   "--only suite,reliability,examples)")
     p.add_argument("--suite-examples", type=int, default=40,
                    help="Hypothesis examples per test in the suite job (the fuzz draws the many)")
     p.add_argument("--timed-limit", type=int, default=90, help="seconds per timed example")

@@ -69,3 +69,18 @@ def test_simulator_only_modules_are_found_from_their_imports():
     real = {str(p.relative_to(ROOT)): p.read_bytes() for p in (ROOT / "numba_softmax").rglob("*.py")}
     assert cr.simulator_only("numba_softmax/kernels/_mma_sim.py", real)
     assert not cr.simulator_only("numba_softmax/_sim.py", real)  # simulator_enabled() is used everywhere
+
+
+def test_suite_workers_and_fuzz_shards_in_the_jobs():
+    from types import SimpleNamespace
+
+    gc = load()
+    args = SimpleNamespace(suite_workers=12, suite_examples=40, limit=100, fuzz_first_seed=6,
+                           fuzz_shards=2, fuzz_examples=100, skip_sanitizers=True)
+    by_name = {name: cmd for name, cmd, _, _ in gc.jobs(args, Path("/tmp"))}
+    suite = by_name["suite"]
+    last_n = len(suite) - 1 - suite[::-1].index("-n")  # (PYTEST's own -n 0 comes first)
+    assert suite[last_n + 1] == "12"
+    assert {"fuzz-6", "fuzz-7", "reliability", "examples"} <= set(by_name)
+    assert not any(n.startswith("sanitize") for n in by_name)
+    assert "--hypothesis-seed=1006" in by_name["fuzz-6"]
