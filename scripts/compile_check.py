@@ -257,7 +257,7 @@ def _topk():
         out.append(Entry("topk radix piece", f"{d} {t}x{per}", SEL, (NP[d], t, per, W16[d]),
                          head(d) + ws(d), block=t))
     # 16-bit rows that are not whole vectors (a strided view: W 1) hold one value a slot,
-    # padded with a float16 −inf made on the device (a float16 constant is invalid NVVM IR)
+    # padded with a −inf converted on the device (a float16 constant is invalid NVVM IR)
     for d in HALF:
         out.append(Entry("topk radix piece", f"{d} 128x8 strided W1 (A)", SEL, (NP[d], 128, 8, 1),
                          head(d, A) + ws(d), block=128))
