@@ -415,7 +415,7 @@ def test_fuzz_out_aliasing_the_input(data):
 
 
 # --- softmax + top-k ----------------------------------------------------------------------
-TEMPERATURES = [1.0, 1.0, 0.5, 2.0, 0.25]  # powers of two: x / T exact but where it underflows
+TEMPERATURES = [1.0, 1.0, 0.5, 2.0, 0.25]  # powers of two: x·(1/T) exact but past the range
 
 
 @pytest.mark.parametrize("kind", ["numpy"] + DEVICE_KINDS)
@@ -424,8 +424,8 @@ def test_fuzz_softmax_topk(kind, data):
     """``softmax_topk`` on any dtype, view (device arrays viewed on the device: strided
     rows, read without vector loads — where a float16 constant once failed to compile)
     and content, k from 1 to min(n, 128), temperature, log: the values within softmax's
-    (log_softmax's) tolerance of the float64 reference, no index twice, each index holding
-    its rank's value, and at T = 1 the reference's indices exactly."""
+    (log_softmax's) tolerance of the float64 reference on u = x·(1/T) formed as the
+    kernels form it, the reference's indices (ties to the lower), no index twice."""
     p = data.draw(problems(negative_steps=kind == "numpy"), label="problem")
     x, xin = build(p, kind)
     axis = p["axis"]
@@ -439,19 +439,22 @@ def test_fuzz_softmax_topk(kind, data):
     v, i = ns.softmax_topk(xin, k, axis=axis, temperature=temperature, log=log)
     v, i = np.moveaxis(to_host(v), axis, -1), np.moveaxis(to_host(i), axis, -1)
     xm = np.moveaxis(x, axis, -1)
-    want_v, want_i = RT.softmax_topk(xm, k, temperature=temperature, log=log)
+    acc = np.float64 if x.dtype == F64 else np.float32  # u = x·(1/T) as the kernels form it:
+    with np.errstate(over="ignore"):  # in their accumulator (near float32's largest, ·4 is inf)
+        u = (xm.astype(acc) * acc(1.0 / temperature)).astype(np.float64)
+    want_v, want_i = RT.softmax_topk(u, k, log=log)
     func = "log_softmax" if log else "softmax"
     assert_matches(v, want_v, x.dtype, TOL[func][x.dtype], f"softmax_topk/{kind}/k {k}/T {temperature}")
     assert i.dtype == np.int64 and (np.diff(np.sort(i, -1), axis=-1) != 0).all()  # no index twice
-    # u = x·(1/T): exact at T = 1 — the reference's order, ties to the lower index — but
-    # where float32 flushes subnormals to zero (a GPU's fast math, docs/caveats.md; and
-    # x·(1/T) may underflow at other T): there two values can become one, a tie that
-    # either index may win, so those rows check that each index holds its rank's value
-    exact = np.full(xm.shape[:-1], temperature == 1.0)
-    if x.dtype == np.float32 and not SIMULATOR:
-        exact &= ~((np.abs(xm) < np.finfo(np.float32).tiny) & (xm != 0)).any(-1)
+    # the reference's order, ties to the lower index — but where a GPU's float32 flushes
+    # subnormals (x or u) to zero (fast math, docs/caveats.md), two values can become one,
+    # a tie either index may win: those rows check only that each index holds its rank's value
+    exact = np.ones(xm.shape[:-1], bool)
+    if acc is np.float32 and not SIMULATOR:
+        for a in (xm, u):
+            exact &= ~((np.abs(a) < np.finfo(np.float32).tiny) & (a != 0)).any(-1)
     np.testing.assert_array_equal(i[exact], want_i[exact])
-    all_v, all_i = RT.softmax_topk(xm, n, temperature=temperature, log=log)
+    all_v, all_i = RT.softmax_topk(u, n, log=log)
     full = np.empty(xm.shape)
     np.put_along_axis(full, all_i, all_v, -1)  # each position's value
     np.testing.assert_allclose(np.take_along_axis(full, i, -1), want_v, equal_nan=True,
