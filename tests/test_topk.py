@@ -307,6 +307,25 @@ def test_public_any_axis_and_kind(kind):
     np.testing.assert_array_equal(x, before)  # the input is not modified
 
 
+@pytest.mark.skipif("torch" not in device_kinds(), reason="PyTorch on a GPU: its bfloat16 tensors")
+@pytest.mark.parametrize("rows, V", [(5, 3000), (2, 100_000)], ids=["block-rows", "split"])
+def test_public_torch_bfloat16_strided_views(rows, V):
+    """bfloat16 through the public function: a PyTorch tensor read through a stepped view
+    (every other column: no vector loads), its values and indices against the reference
+    on the exact bfloat16 values, the result bfloat16 on the same device."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(V)
+    base = (torch.randn(rows, 2 * V, device="cuda", generator=g) * 3).to(torch.bfloat16)
+    x = base[:, ::2]
+    v, i = softmax_topk(x, 40)
+    assert v.dtype == torch.bfloat16 and i.dtype == torch.int64 and v.shape == i.shape == (rows, 40)
+    exact = x.double().cpu().numpy()
+    v_ref, i_ref = RT.softmax_topk(exact, 40)
+    np.testing.assert_allclose(v.double().cpu().numpy(), v_ref, rtol=RTOL["bfloat16"])
+    np.testing.assert_array_equal(i.cpu().numpy(), i_ref)  # ties (bfloat16 has many): the lower index
+
+
 def _device(x, kind):
     if kind == "torch":
         import torch
