@@ -240,7 +240,7 @@ def test_cupy_and_torch_arrays_round_trip():
 def test_torch_bfloat16_contiguous_and_stepped(method):
     """bfloat16 through the public functions: PyTorch tensors, contiguous (16-byte vectors)
     and read through a stepped view (no vector loads), against the references on the exact
-    bfloat16 values; the results bfloat16 (half an ulp: 2⁻⁹ relative, plus float32's)."""
+    bfloat16 values; the results bfloat16 (half an ulp: up to 2⁻⁸ relative, plus float32's)."""
     torch = pytest.importorskip("torch")
     base = (torch.randn(37, 2 * 1128, device="cuda") * 3).to(torch.bfloat16)
     for x in (base[:, :1128], base[:, ::2]):
@@ -250,7 +250,7 @@ def test_torch_bfloat16_contiguous_and_stepped(method):
         for name, (fn, ref) in FUNCS.items():
             y = fn(x, method=method)
             assert isinstance(y, torch.Tensor) and y.dtype == torch.bfloat16
-            tol = dict(rtol=4e-3, atol=2e-2 if name != "softmax" else 1e-5)
+            tol = dict(rtol=8e-3, atol=2e-2 if name != "softmax" else 1e-5)
             np.testing.assert_allclose(y.double().cpu().numpy(), ref(exact), err_msg=name, **tol)
 
 

@@ -308,7 +308,7 @@ def test_public_any_axis_and_kind(kind):
 
 
 @pytest.mark.skipif("torch" not in device_kinds(), reason="PyTorch on a GPU: its bfloat16 tensors")
-@pytest.mark.parametrize("rows, V", [(5, 3000), (2, 100_000)], ids=["block-rows", "split"])
+@pytest.mark.parametrize("rows, V", [(200, 3000), (2, 100_000)], ids=["block-rows", "radix-split"])
 def test_public_torch_bfloat16_strided_views(rows, V):
     """bfloat16 through the public function: a PyTorch tensor read through a stepped view
     (every other column: no vector loads), its values and indices against the reference
