@@ -525,7 +525,7 @@ def strided_16(table, root=REPO):
     arrays of the storage dtype strided ("A"): what a strided view of a user's float16 or
     bfloat16 array compiles (``--strided-16``).  A float16 constant broke only those —
     every strided float16 top-k failed on a GPU — while no entry of the table had one."""
-    out, seen = [], set()
+    out, seen = [], {(e.target, repr(list(e.args)), e.sig) for e in table}  # (the table's own W 1 rows)
     for e in table:
         d = e.config.split()[0]
         names = _params(e.target, root) if d in HALF else []
