@@ -254,6 +254,23 @@ def test_choose_takes_the_radix_split_for_few_long_rows():
     run(rng.standard_normal((1, sized(2100, 128256))), 5)  # the default plan: radix split
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("plan, V", [(K.Plan(True, 32, 16), 2296), (K.Plan(False, 64, 16), 3496),
+                                     (K.Plan(False, 32, 16, 2), 2696), (K.Plan(True, 32, 16), 1024)],
+                         ids=["warp-rows-5", "block-rows-4", "lists-split-3", "warp-rows-2"])
+def test_16_bit_rows_of_several_chunks(dtype, plan, V):
+    """Rows of two to five chunks of 16-bit values held in pairs (an odd count, a ragged
+    last one), the best values in the last chunk, in the second, spread: a chunk read
+    from the wrong load buffer, or twice, changes the values or ℓ (it caught exactly that
+    in an experiment with two buffers).  Row lengths a multiple of 8: 16-byte rows, the
+    vector loads that hold pairs."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((3, V))
+    x[1] += np.linspace(0, 4, V)  # the best in the last chunk
+    x[2, 512:1024] += 3  # the best in the second chunk
+    run(x, 9, dtype=dtype, plan=plan)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
 def test_dtypes(dtype):
     rng = np.random.default_rng(4)
