@@ -1,0 +1,146 @@
+#!/usr/bin/env python
+"""What each part of the top-k stream costs at many rows (issue #18's B 1024 target): the
+package's top-k beside copies of it with one part taken out, and torch, in one run.
+
+    python scripts/gpu/topk_ablate.py [--quick] [--only NAME,NAME]
+
+Variants — copies of ``numba_softmax`` in a temporary folder, each edited in one place of
+:mod:`numba_softmax.kernels.topk_stream` or :mod:`~numba_softmax.kernels.topk_state`
+(an edit that no longer matches the source stops the script):
+
+``as is``     the package;
+``no floor``  the warps of a block share no floor (exact: the same values and indices);
+``floor/4``   the floor exchanged every fourth chunk, not every chunk (exact);
+``no list``   after the first chunk no value is offered to the warps' lists: the
+              (m, ℓ) stream alone, what the top-k work costs (wrong results);
+``no exp``    ℓ summed without its exponentials: what they cost (wrong results).
+
+The exact variants must give the package's values and indices bit for bit (else the
+script stops); the others are timed only.  Kernel time by CUDA events behind a sleeping
+kernel (``_timing.kernel_ms``), inputs rotated past the L2, N(0, 1) logits; variants
+alternate in order over two rounds, median of each.  GB/s counts one read of the logits,
+"% copy" is that against a device-to-device copy (read + write) measured in the same
+run; a figure above 1.2× the copy's GB/s cannot be a read and stops the script.
+"""
+
+import argparse
+import importlib
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PACKAGE = os.path.join(HERE, "..", "..", "numba_softmax")
+sys.path.insert(0, HERE)
+
+STREAM, STATE = "kernels/topk_stream.py", "kernels/topk_state.py"
+VARIANTS = {  # name: (exact, [(file, old, new), ...])
+    "as is": (True, []),
+    "no floor": (True, [(STATE, "fold = stream(dtype, vpt, width, regs, perturb, not warp_rows)",
+                         "fold = stream(dtype, vpt, width, regs, perturb, False)")]),
+    "floor/4": (True, [
+        (STREAM, "            if shared_floor:\n",
+         "            chunks += numba.uint32(1)\n"
+         "            if shared_floor and chunks % numba.uint32(4) == numba.uint32(1):\n"),
+        (STREAM, "        step = R * vpt\n",
+         "        step = R * vpt\n        chunks = numba.uint32(0)\n")]),
+    "no list": (False, [(STREAM, "            if ballot(hit) != 0:", "            if False:")]),
+    "no exp": (False, [(STREAM, "w[i] = math.exp(u[i] - m_chunk)", "w[i] = u[i] - m_chunk")]),
+}
+SHAPES = ([(1024, V, k, dt) for V in (32000, 128256, 262144) for k in (8, 50)
+           for dt in ("float32", "bfloat16")]
+          + [(64, 128256, 50, "float32"), (64, 128256, 50, "bfloat16"), (64, 32000, 50, "bfloat16")])
+QUICK = [(1024, 128256, 8, "float32"), (1024, 128256, 8, "bfloat16"), (1024, 128256, 50, "float32"),
+         (1024, 128256, 50, "bfloat16"), (1024, 32000, 50, "float32"), (64, 128256, 50, "bfloat16"),
+         (64, 32000, 50, "bfloat16")]
+
+
+def build(folder, names):
+    """Each variant's copy of the package as an importable ``ns_<i>``; its topk module."""
+    modules = {}
+    for i, name in enumerate(names):
+        copy = os.path.join(folder, f"ns_{i}")
+        shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+        for rel, old, new in VARIANTS[name][1]:
+            path = os.path.join(copy, rel)
+            with open(path) as f:
+                text = f.read()
+            if text.count(old) != 1:
+                sys.exit(f"variant {name!r}: {rel} no longer has exactly one {old.strip()!r}")
+            with open(path, "w") as f:
+                f.write(text.replace(old, new))
+    sys.path.insert(0, folder)
+    for i, name in enumerate(names):
+        modules[name] = importlib.import_module(f"ns_{i}.kernels.topk")
+    return modules
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true", help="seven shapes instead of fifteen")
+    p.add_argument("--only", default=",".join(VARIANTS), help="comma-separated variants")
+    args = p.parse_args()
+    names = args.only.split(",")
+    if names[0] != "as is" or any(n not in VARIANTS for n in names):
+        sys.exit(f"--only: 'as is' first, then any of {list(VARIANTS)[1:]}")
+
+    import torch
+    from numba import cuda
+
+    from _timing import kernel_ms
+
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+    folder = tempfile.mkdtemp(prefix="topk_ablate_")
+    modules = build(folder, names)
+
+    def view(t):  # bfloat16 as its uint16 bits, as the package takes it
+        return cuda.as_cuda_array(t.view(torch.uint16) if t.dtype == torch.bfloat16 else t)
+
+    a = torch.empty(256 * 2**20, device="cuda")
+    b = torch.empty_like(a)
+    copy = 2 * a.numel() * 4 / (kernel_ms(lambda i: b.copy_(a), 1) / 1e3) / 1e9
+    del a, b
+    print(f"device: {torch.cuda.get_device_name()}; device copy (read + write) {copy:.0f} GB/s")
+    print("kernel µs, and one read of the logits as % of the copy's GB/s; torch: topk(softmax(x))")
+    head = f"{'B':>5} {'V':>7} {'k':>3} {'dtype':>9} " + "".join(f"{n:>16}" for n in names) + f"{'torch':>9}"
+    print(head)
+    for B, V, k, dt in (QUICK if args.quick else SHAPES):
+        nbytes = B * V * (2 if dt == "bfloat16" else 4)
+        sets = max(1, min(64, -(-80 * 2**20 // nbytes)))  # inputs past the 60 MB L2
+        xs = [torch.randn(B, V, device="cuda").to(dtypes[dt]) for _ in range(sets)]
+        views = [view(x) for x in xs]
+        outs = {}
+        for n in names:
+            val = torch.full((B, k), float("nan"), device="cuda", dtype=dtypes[dt])
+            idx = torch.full((B, k), -7, device="cuda", dtype=torch.int64)
+            outs[n] = (val, idx, view(val), view(idx))
+            modules[n].launch(views[0], k, outs[n][2], outs[n][3])
+        torch.cuda.synchronize()
+        for n in names[1:]:
+            if VARIANTS[n][0] and not (torch.equal(outs[n][0], outs[names[0]][0])
+                                       and torch.equal(outs[n][1], outs[names[0]][1])):
+                sys.exit(f"{n!r} (exact) differs from the package at B {B} V {V} k {k} {dt}")
+        times = {n: [] for n in names}
+        for r in range(2):
+            for n in (names if r == 0 else names[::-1]):
+                o = outs[n]
+                times[n].append(kernel_ms(lambda i: modules[n].launch(views[i], k, o[2], o[3]), sets))
+        theirs = kernel_ms(lambda i: torch.topk(torch.softmax(xs[i], -1), k), sets)
+        cells = []
+        for n in names:
+            ms = statistics.median(times[n])
+            gbps = nbytes / (ms / 1e3) / 1e9
+            if gbps > 1.2 * copy:
+                sys.exit(f"{n!r} at B {B} V {V}: {gbps:.0f} GB/s of one read against a copy of "
+                         f"{copy:.0f} GB/s cannot be true")
+            cells.append(f"{ms * 1e3:>9.1f} {100 * gbps / copy:>4.0f}%")
+        print(f"{B:>5} {V:>7} {k:>3} {dt:>9} " + "  ".join(f"{c:>14}" for c in cells) + f"{theirs * 1e3:>9.1f}",
+              flush=True)
+        del xs, views, outs
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
