@@ -2,7 +2,7 @@
 """What each part of the top-k stream costs at many rows (issue #18's B 1024 target): the
 package's top-k beside copies of it with one part taken out, and torch, in one run.
 
-    python scripts/gpu/topk_ablate.py [--quick] [--only NAME,NAME]
+    python scripts/gpu/topk_ablate.py [--quick] [--only NAME,NAME] [--plans 64x16,128x16]
 
 Variants — copies of ``numba_softmax`` in a temporary folder, each edited in one place of
 :mod:`numba_softmax.kernels.topk_stream` or :mod:`~numba_softmax.kernels.topk_state`
@@ -10,13 +10,16 @@ Variants — copies of ``numba_softmax`` in a temporary folder, each edited in o
 
 ``as is``     the package;
 ``no floor``  the warps of a block share no floor (exact: the same values and indices);
+``floor>2``   a floor only in blocks of more than two warps (exact; the B 1024 plans
+              then have none, the B 64 ones keep theirs);
 ``floor/4``   the floor exchanged every fourth chunk, not every chunk (exact);
 ``no list``   after the first chunk no value is offered to the warps' lists: the
               (m, ℓ) stream alone, what the top-k work costs (wrong results);
 ``no exp``    ℓ summed without its exponentials: what they cost (wrong results).
 
 The exact variants must give the package's values and indices bit for bit (else the
-script stops); the others are timed only.  Kernel time by CUDA events behind a sleeping
+script stops); the others are timed only.  ``--plans`` forces blocks of THREADS × VPT a
+row on the B 1024 shapes (only those are run), each variant under each plan.  Kernel time by CUDA events behind a sleeping
 kernel (``_timing.kernel_ms``), inputs rotated past the L2, N(0, 1) logits; variants
 alternate in order over two rounds, median of each.  GB/s counts one read of the logits,
 "% copy" is that against a device-to-device copy (read + write) measured in the same
@@ -40,6 +43,9 @@ VARIANTS = {  # name: (exact, [(file, old, new), ...])
     "as is": (True, []),
     "no floor": (True, [(STATE, "fold = stream(dtype, vpt, width, regs, perturb, not warp_rows)",
                          "fold = stream(dtype, vpt, width, regs, perturb, False)")]),
+    "floor>2": (True, [(STATE, "fold = stream(dtype, vpt, width, regs, perturb, not warp_rows)",
+                        "fold = stream(dtype, vpt, width, regs, perturb,\n"
+                        "                  not warp_rows and threads // WARP > 2)")]),
     "floor/4": (True, [
         (STREAM, "            if shared_floor:\n",
          "            chunks += numba.uint32(1)\n"
@@ -80,9 +86,12 @@ def build(folder, names):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true", help="seven shapes instead of fifteen")
-    p.add_argument("--only", default=",".join(VARIANTS), help="comma-separated variants")
+    p.add_argument("--only", default="as is,no floor,floor/4,no list,no exp",
+                   help="comma-separated variants, 'as is' first")
+    p.add_argument("--plans", help="THREADSxVPT,…: blocks a row forced, B 1024 shapes only")
     args = p.parse_args()
     names = args.only.split(",")
+    plans = [tuple(int(a) for a in p.split("x")) for p in args.plans.split(",")] if args.plans else [None]
     if names[0] != "as is" or any(n not in VARIANTS for n in names):
         sys.exit(f"--only: 'as is' first, then any of {list(VARIANTS)[1:]}")
 
@@ -104,36 +113,40 @@ def main():
     del a, b
     print(f"device: {torch.cuda.get_device_name()}; device copy (read + write) {copy:.0f} GB/s")
     print("kernel µs, and one read of the logits as % of the copy's GB/s; torch: topk(softmax(x))")
-    head = f"{'B':>5} {'V':>7} {'k':>3} {'dtype':>9} " + "".join(f"{n:>16}" for n in names) + f"{'torch':>9}"
-    print(head)
-    for B, V, k, dt in (QUICK if args.quick else SHAPES):
+    runs = [(n, p) for p in plans for n in names]  # (variant, forced plan or None)
+    label = {r: r[0] + (f"@{r[1][0]}x{r[1][1]}" if r[1] else "") for r in runs}
+    print(f"{'B':>5} {'V':>7} {'k':>3} {'dtype':>9} " + "".join(f"{label[r]:>16}" for r in runs) + f"{'torch':>9}")
+    shapes = QUICK if args.quick else SHAPES
+    for B, V, k, dt in (shapes if not args.plans else [s for s in shapes if s[0] == 1024]):
         nbytes = B * V * (2 if dt == "bfloat16" else 4)
         sets = max(1, min(64, -(-80 * 2**20 // nbytes)))  # inputs past the 60 MB L2
         xs = [torch.randn(B, V, device="cuda").to(dtypes[dt]) for _ in range(sets)]
         views = [view(x) for x in xs]
         outs = {}
-        for n in names:
+        for r in runs:
             val = torch.full((B, k), float("nan"), device="cuda", dtype=dtypes[dt])
             idx = torch.full((B, k), -7, device="cuda", dtype=torch.int64)
-            outs[n] = (val, idx, view(val), view(idx))
-            modules[n].launch(views[0], k, outs[n][2], outs[n][3])
+            mod = modules[r[0]]
+            plan = mod.Plan(False, *r[1]) if r[1] else None
+            outs[r] = (val, idx, view(val), view(idx), plan)
+            mod.launch(views[0], k, outs[r][2], outs[r][3], plan=plan)
         torch.cuda.synchronize()
-        for n in names[1:]:
-            if VARIANTS[n][0] and not (torch.equal(outs[n][0], outs[names[0]][0])
-                                       and torch.equal(outs[n][1], outs[names[0]][1])):
-                sys.exit(f"{n!r} (exact) differs from the package at B {B} V {V} k {k} {dt}")
-        times = {n: [] for n in names}
-        for r in range(2):
-            for n in (names if r == 0 else names[::-1]):
-                o = outs[n]
-                times[n].append(kernel_ms(lambda i: modules[n].launch(views[i], k, o[2], o[3]), sets))
+        for n, p in runs:
+            ref = outs[(names[0], p)]
+            if VARIANTS[n][0] and not (torch.equal(outs[(n, p)][0], ref[0]) and torch.equal(outs[(n, p)][1], ref[1])):
+                sys.exit(f"{label[(n, p)]!r} (exact) differs from the package at B {B} V {V} k {k} {dt}")
+        times = {r: [] for r in runs}
+        for rnd in range(2):
+            for r in (runs if rnd == 0 else runs[::-1]):
+                o, mod = outs[r], modules[r[0]]
+                times[r].append(kernel_ms(lambda i: mod.launch(views[i], k, o[2], o[3], plan=o[4]), sets))
         theirs = kernel_ms(lambda i: torch.topk(torch.softmax(xs[i], -1), k), sets)
         cells = []
-        for n in names:
-            ms = statistics.median(times[n])
+        for r in runs:
+            ms = statistics.median(times[r])
             gbps = nbytes / (ms / 1e3) / 1e9
             if gbps > 1.2 * copy:
-                sys.exit(f"{n!r} at B {B} V {V}: {gbps:.0f} GB/s of one read against a copy of "
+                sys.exit(f"{label[r]!r} at B {B} V {V}: {gbps:.0f} GB/s of one read against a copy of "
                          f"{copy:.0f} GB/s cannot be true")
             cells.append(f"{ms * 1e3:>9.1f} {100 * gbps / copy:>4.0f}%")
         print(f"{B:>5} {V:>7} {k:>3} {dt:>9} " + "  ".join(f"{c:>14}" for c in cells) + f"{theirs * 1e3:>9.1f}",

@@ -1,0 +1,38 @@
+"""scripts/gpu/topk_ablate.py's variants (no GPU needed): every edit still matches the
+package's source once, and the variants it calls exact give the package's values and
+indices bit for bit (on the simulator: two and four warps a block, so the floor is
+shared, and left out where the variant says)."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+from numba import cuda
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("topk_ablate", ROOT / "scripts" / "gpu" / "topk_ablate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_variant_builds_and_the_exact_ones_match_the_package(tmp_path):
+    ablate = load()
+    modules = ablate.build(str(tmp_path), list(ablate.VARIANTS))  # (exits if an edit misses)
+    rng = np.random.default_rng(3)
+    x = cuda.to_device(rng.standard_normal((2, 700)).astype(np.float32))
+    for threads in (64, 128):
+        out = {}
+        for name, mod in modules.items():
+            values = cuda.to_device(np.full((2, 6), np.nan, np.float32))
+            indices = cuda.to_device(np.full((2, 6), -7, np.int64))
+            mod.launch(x, 6, values, indices, plan=mod.Plan(False, threads, 4))
+            out[name] = values.copy_to_host(), indices.copy_to_host()
+        for name, (exact, _) in ablate.VARIANTS.items():
+            if exact:
+                np.testing.assert_array_equal(out[name][0], out["as is"][0], err_msg=name)
+                np.testing.assert_array_equal(out[name][1], out["as is"][1], err_msg=name)
+        assert not np.array_equal(out["no list"][1], out["as is"][1])  # (it does take the list out)
