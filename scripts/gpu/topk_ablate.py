@@ -19,9 +19,9 @@ Variants — copies of ``numba_softmax`` in a temporary folder, each edited in o
 
 The exact variants must give the package's values and indices bit for bit (else the
 script stops); the others are timed only.  ``--plans`` forces blocks of THREADS × VPT a
-row on the B 1024 shapes (only those are run), each variant under each plan.  Kernel time by CUDA events behind a sleeping
-kernel (``_timing.kernel_ms``), inputs rotated past the L2, N(0, 1) logits; variants
-alternate in order over two rounds, median of each.  GB/s counts one read of the logits,
+row on the B 1024 shapes (only those are run), each variant under each plan.  Kernel
+time by CUDA events behind a sleeping kernel (``_timing.kernel_ms``), inputs rotated past
+the L2, N(0, 1) logits; variants alternate in order over two rounds, median of each.  GB/s counts one read of the logits,
 "% copy" is that against a device-to-device copy (read + write) measured in the same
 run; a figure above 1.2× the copy's GB/s cannot be a read and stops the script.
 """
@@ -91,7 +91,7 @@ def main():
     p.add_argument("--plans", help="THREADSxVPT,…: blocks a row forced, B 1024 shapes only")
     args = p.parse_args()
     names = args.only.split(",")
-    plans = [tuple(int(a) for a in p.split("x")) for p in args.plans.split(",")] if args.plans else [None]
+    plans = [tuple(int(a) for a in spec.split("x")) for spec in args.plans.split(",")] if args.plans else [None]
     if names[0] != "as is" or any(n not in VARIANTS for n in names):
         sys.exit(f"--only: 'as is' first, then any of {list(VARIANTS)[1:]}")
 
