@@ -267,7 +267,7 @@ def test_16_bit_rows_of_several_chunks(dtype, plan, V):
     rng = np.random.default_rng(12)
     x = rng.standard_normal((3, V))
     x[1] += np.linspace(0, 4, V)  # the best in the last chunk
-    x[2, 512:1024] += 3  # the best in the second chunk
+    x[2, 512:1024] += 3  # the best in a warp row's second chunk
     run(x, 9, dtype=dtype, plan=plan)
 
 
