@@ -1,10 +1,22 @@
-"""Shared test helpers: the run mode, sizes scaled to it, array kinds."""
+"""Shared test helpers: the run mode, sizes scaled to it, array kinds, scripts as modules."""
 
+import importlib.util
 import os
+from pathlib import Path
 
 import numpy as np
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script(relative):
+    """A script of the repository (e.g. ``scripts/gpu_check.py``) imported as a module."""
+    path = ROOT / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def sized(sim, gpu):

@@ -3,18 +3,13 @@ of its table names a factory this tree has, every module that builds a kernel ha
 entry, and its PTX and ptxas helpers do what they say.  (The compile itself: run the
 script, ``python scripts/compile_check.py``; it needs NVVM and ptxas, not a GPU.)"""
 
-import importlib.util
-import pathlib
 import re
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from _helpers import ROOT, load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("compile_check", ROOT / "scripts" / "compile_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("scripts/compile_check.py")
 
 
 def test_every_entry_names_a_factory_of_this_tree():

@@ -1,19 +1,15 @@
 """scripts/gpu_check.py's record logic (no GPU needed): a check made in parts merges only
 records of the same package source, and the verdict covers every part."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from _helpers import ROOT, load_script
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("scripts/gpu_check.py")
 
 
 ENV = dict(source_hash="abc", device="GPU", date="now", git_hash="new", driver="1", numba="1",
@@ -46,9 +42,7 @@ def test_merge_refuses_another_package_source():
 
 
 def test_code_ignores_docstrings_and_comments_only():
-    spec = importlib.util.spec_from_file_location("check_record", ROOT / "scripts" / "check_record.py")
-    cr = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cr)
+    cr = load_script("scripts/check_record.py")
     a = 'def f(x):\n    """Doubles."""\n    return 2 * x  # twice\n'
     b = 'def f(x):\n    """Twice x (a better word)."""\n    return 2 * x\n'
     c = 'def f(x):\n    """Doubles."""\n    return 3 * x\n'
@@ -57,9 +51,7 @@ def test_code_ignores_docstrings_and_comments_only():
 
 
 def test_simulator_only_modules_are_found_from_their_imports():
-    spec = importlib.util.spec_from_file_location("check_record", ROOT / "scripts" / "check_record.py")
-    cr = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cr)
+    cr = load_script("scripts/check_record.py")
     gated = b"from .._sim import simulator_enabled\nif simulator_enabled():\n    from ._emu import f\nelse:\n    from ._real import f\n"
     assert cr.simulator_only("pkg/_emu.py", {"pkg/a.py": gated})
     assert not cr.simulator_only("pkg/_real.py", {"pkg/a.py": gated})  # the else branch: the GPU's

@@ -19,7 +19,6 @@
 
 import hashlib
 import importlib
-import importlib.util
 import math
 import os
 import stat
@@ -36,7 +35,7 @@ import numba_softmax as ns
 from numba_softmax import reference as R
 from numba_softmax.kernels import fused, online, split, three_pass
 
-from _helpers import permuted, SIMULATOR, device_kinds, sized, to_host
+from _helpers import permuted, SIMULATOR, device_kinds, load_script, sized, to_host
 
 try:  # the modules (numba_softmax.attention may also name the function)
     A = importlib.import_module("numba_softmax.attention")
@@ -485,10 +484,7 @@ def test_repeat_calls_keep_earlier_results_and_see_new_data(kind, method):
 
 # --- the sanitizer script ------------------------------------------------------------------------
 def _load_sanitize():
-    spec = importlib.util.spec_from_file_location("sanitize_script", ROOT / "scripts" / "sanitize.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("scripts/sanitize.py")
 
 
 @pytest.mark.skipif(not SIMULATOR, reason="the GPU run is `python scripts/sanitize.py --all-tools`")

@@ -3,24 +3,14 @@ package's source once, and the variants it calls exact give the package's values
 indices bit for bit (on the simulator: two and four warps a block, so the floor is
 shared, and left out where the variant says)."""
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 from numba import cuda
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load():
-    spec = importlib.util.spec_from_file_location("topk_ablate", ROOT / "scripts" / "gpu" / "topk_ablate.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from _helpers import load_script
 
 
 def test_every_variant_builds_and_the_exact_ones_match_the_package(tmp_path):
-    ablate = load()
+    ablate = load_script("scripts/gpu/topk_ablate.py")
     modules = ablate.build(str(tmp_path), list(ablate.VARIANTS))  # (exits if an edit misses)
     rng = np.random.default_rng(3)
     x = cuda.to_device(rng.standard_normal((2, 700)).astype(np.float32))
