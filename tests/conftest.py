@@ -28,6 +28,7 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ and not _gpu_usable():
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
+import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 _common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -83,3 +84,14 @@ def pytest_configure(config):
 def pytest_report_header(config):
     order = BLOCK_ORDER if BLOCK_ORDER in ("in order", "reverse") else f"shuffled, seed {BLOCK_ORDER}"
     return f"numba_softmax tests on {f'the CUDA simulator (blocks {order})' if SIMULATOR else 'the GPU'}"
+
+
+@pytest.fixture
+def four_warp_blocks(monkeypatch):
+    """Blocks of up to 128 threads on the simulator, whose launch limit is 64 (two warps):
+    for a path only blocks of more than two warps take (the top-k lists' shared floor).
+    Nothing changes on a GPU."""
+    if SIMULATOR:
+        from numba_softmax.kernels import launcher
+
+        monkeypatch.setattr(launcher, "max_threads", lambda kernel, args: 4 * 32)

@@ -97,16 +97,18 @@ def test_block_per_row_merges_warp_lists_k64_log_temperature():
 
 
 @pytest.mark.parametrize("ties", [False, True])
-def test_block_per_row_shared_floor(ties):
-    """Two warps stream each row, their lists fill in the first chunk and every later
-    chunk is gated by the block's floor (the larger warp θ): values at the floor with a
-    lower index, and values between a warp's own θ and the floor, must still be right;
-    candidates reach the lists through the buffer, 32 at a time by the bitonic merge."""
+def test_block_per_row_shared_floor(ties, four_warp_blocks):
+    """Three warps stream each row (a block shares a floor only with more than two), their
+    lists fill in the first chunk and every later chunk is gated by the block's floor (the
+    largest warp θ): values at the floor with a lower index, and values between a warp's
+    own θ and the floor, must still be right; candidates reach the lists through the
+    buffer, 32 at a time by the bitonic merge.  Two warps (no floor) as well."""
     rng = np.random.default_rng(9)
     shape = (2, sized(1100, 40_000))
     x = rng.integers(-3, 4, shape).astype(np.float32) if ties else rng.standard_normal(shape)
     for k in (3, 40, 70):  # lists of 1, 2 and 4 entries a lane
-        run(x, k, plan=K.Plan(False, 64, 4))
+        run(x, k, plan=K.Plan(False, 96, 4))
+    run(x, 40, plan=K.Plan(False, 64, 4))
 
 
 def test_a_chunk_with_more_candidates_than_the_warps_buffer():

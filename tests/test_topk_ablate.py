@@ -1,7 +1,7 @@
 """scripts/gpu/topk_ablate.py's variants (no GPU needed): every edit still matches the
 package's source once, and the variants it calls exact give the package's values and
-indices bit for bit (on the simulator: two and four warps a block, so the floor is
-shared, and left out where the variant says)."""
+indices bit for bit (two and four warps a block: the package shares a floor only in
+the second, the variants add or remove it)."""
 
 import numpy as np
 from numba import cuda
@@ -9,7 +9,7 @@ from numba import cuda
 from _helpers import load_script
 
 
-def test_every_variant_builds_and_the_exact_ones_match_the_package(tmp_path):
+def test_every_variant_builds_and_the_exact_ones_match_the_package(tmp_path, four_warp_blocks):
     ablate = load_script("scripts/gpu/topk_ablate.py")
     modules = ablate.build(str(tmp_path), list(ablate.VARIANTS))  # (exits if an edit misses)
     rng = np.random.default_rng(3)

@@ -161,9 +161,10 @@ def workspace(rows, splits, k, acc_dtype, stream):
 
 
 def fit(build, threads, args):
-    """``build(threads)`` with threads halved until the compiled kernel can launch them."""
+    """``build(threads)`` with threads halved (whole warps) until the compiled kernel can
+    launch them."""
     while threads > WARP and threads > launcher.max_threads(build(threads), args):
-        threads //= 2
+        threads = max(WARP, threads // 2 // WARP * WARP)
     return build(threads), threads
 
 

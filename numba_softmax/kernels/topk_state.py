@@ -130,7 +130,9 @@ def row_state(dtype, threads, vpt, width, slots, warp_rows, perturb):
     """
     acc = accumulator(dtype)
     regs = pow2_ceil(slots)  # the list's entries a lane: a power of two (a bitonic merge)
-    fold = stream(dtype, vpt, width, regs, perturb, not warp_rows)  # (m, ℓ) and the warp's list
+    # (m, ℓ) and the warp's list; a shared floor only where a block has more than two warps:
+    # at two it cost more than it saved (topk.md, "What stops B 1024")
+    fold = stream(dtype, vpt, width, regs, perturb, not warp_rows and threads // WARP > 2)
     dump = warp_list(acc, regs)[-1]
     merge = merge_lists(acc, slots)
     buffered = threads // WARP * BUFFER

@@ -10,8 +10,8 @@ Variants — copies of ``numba_softmax`` in a temporary folder, each edited in o
 
 ``as is``     the package;
 ``no floor``  the warps of a block share no floor (exact: the same values and indices);
-``floor>2``   a floor only in blocks of more than two warps (exact; the B 1024 plans
-              then have none, the B 64 ones keep theirs);
+``floor 2``   a floor in blocks of two warps too, as until tree 2c9b584 (exact; the
+              package shares one only where a block has more than two warps);
 ``floor/4``   the floor exchanged every fourth chunk, not every chunk (exact);
 ``no list``   after the first chunk no value is offered to the warps' lists: the
               (m, ℓ) stream alone, what the top-k work costs (wrong results);
@@ -39,13 +39,11 @@ PACKAGE = os.path.join(HERE, "..", "..", "numba_softmax")
 sys.path.insert(0, HERE)
 
 STREAM, STATE = "kernels/topk_stream.py", "kernels/topk_state.py"
+FOLD = "fold = stream(dtype, vpt, width, regs, perturb, not warp_rows and threads // WARP > 2)"
 VARIANTS = {  # name: (exact, [(file, old, new), ...])
     "as is": (True, []),
-    "no floor": (True, [(STATE, "fold = stream(dtype, vpt, width, regs, perturb, not warp_rows)",
-                         "fold = stream(dtype, vpt, width, regs, perturb, False)")]),
-    "floor>2": (True, [(STATE, "fold = stream(dtype, vpt, width, regs, perturb, not warp_rows)",
-                        "fold = stream(dtype, vpt, width, regs, perturb,\n"
-                        "                  not warp_rows and threads // WARP > 2)")]),
+    "no floor": (True, [(STATE, FOLD, "fold = stream(dtype, vpt, width, regs, perturb, False)")]),
+    "floor 2": (True, [(STATE, FOLD, "fold = stream(dtype, vpt, width, regs, perturb, not warp_rows)")]),
     "floor/4": (True, [
         (STREAM, "            if shared_floor:\n",
          "            chunks += numba.uint32(1)\n"
@@ -86,7 +84,7 @@ def build(folder, names):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true", help="seven shapes instead of fifteen")
-    p.add_argument("--only", default="as is,no floor,floor/4,no list,no exp",
+    p.add_argument("--only", default="as is,floor 2,no floor,no list,no exp",
                    help="comma-separated variants, 'as is' first")
     p.add_argument("--plans", help="THREADSxVPT,…: blocks a row forced, B 1024 shapes only")
     args = p.parse_args()
