@@ -13,6 +13,11 @@ Variants — copies of ``numba_softmax`` in a temporary folder, each edited in o
 ``floor 2``   a floor in blocks of two warps too, as until tree 2c9b584 (exact; the
               package shares one only where a block has more than two warps);
 ``floor/4``   the floor exchanged every fourth chunk, not every chunk (exact);
+``vote once`` one slot (k ≤ 32), a chunk with candidates: the warp ORs its lanes' bits
+              of "u[i] reaches the gate" and votes only on those i, not on all of
+              them (exact: the gate only rises within a chunk);
+``exp2 fma``  exp(u − m) as exp2(u·log2 e − m·log2 e): one fused multiply-add a value
+              instead of a subtract and a multiply (close, not exact: timed only);
 ``no list``   after the first chunk no value is offered to the warps' lists: the
               (m, ℓ) stream alone, what the top-k work costs (wrong results);
 ``no exp``    ℓ summed without its exponentials: what they cost (wrong results).
@@ -50,6 +55,24 @@ VARIANTS = {  # name: (exact, [(file, old, new), ...])
          "            if shared_floor and chunks % numba.uint32(4) == numba.uint32(1):\n"),
         (STREAM, "        step = R * vpt\n",
          "        step = R * vpt\n        chunks = numba.uint32(0)\n")]),
+    "vote once": (True, [(STREAM,
+        "                    for i in range(vpt):\n"
+        "                        j = index(base, t, R, i)\n"
+        "                        j = numba.int32(j if j < stop else EMPTY)\n"
+        "                        mask = ballot(u[i] >= gate and precedes_device(u[i], j, th_u, th_j))\n",
+        "                    some = numba.int32(0)  # the i any lane may insert, as bits\n"
+        "                    for i in range(vpt):\n"
+        "                        some = numba.int32(some | (1 << i if u[i] >= gate else 0))\n"
+        "                    for e in range(5):  # (int32: shfl_sync takes no unsigned)\n"
+        "                        some = numba.int32(some | shfl(some, lane ^ (1 << e)))\n"
+        "                    for i in range(vpt):\n"
+        "                        j = index(base, t, R, i)\n"
+        "                        j = numba.int32(j if j < stop else EMPTY)\n"
+        "                        mask = numba.uint32(0)\n"
+        "                        if some & (1 << i):\n"
+        "                            mask = ballot(u[i] >= gate and precedes_device(u[i], j, th_u, th_j))\n")]),
+    "exp2 fma": (False, [(STREAM, "w[i] = math.exp(u[i] - m_chunk)",
+                          "w[i] = math.exp2(u[i] * acc(1.4426950408889634) - m_chunk * acc(1.4426950408889634))")]),
     "no list": (False, [(STREAM, "            if ballot(hit) != 0:", "            if False:")]),
     "no exp": (False, [(STREAM, "w[i] = math.exp(u[i] - m_chunk)", "w[i] = u[i] - m_chunk")]),
 }
