@@ -118,7 +118,8 @@ VARIANTS = {  # name: (kind, [(file, old, new), ...])
                     (STREAM, "        w = cuda.local.array(vpt, acc)  # the chains' scratch\n",
                      "        w = cuda.local.array(vpt, acc)  # the chains' scratch\n"
                      "        wl = cuda.local.array(vpt, acc)  # exp(u − m), m of the chunks before\n"),
-                    (STREAM, "@functools.cache\ndef stream(", "LAG = 16.0  # how far past m a chunk's max may be\n\n\n@functools.cache\ndef stream(")]),
+                    (STREAM, "@functools.cache\ndef stream(",
+                     "LAG = 16.0  # how far past m a chunk's max may be\n\n\n@functools.cache\ndef stream(")]),
     "no list": (TIMED, [(STREAM, "            if ballot(hit) != 0:", "            if False:")]),
     "no exp": (TIMED, [(STREAM, "w[i] = math.exp(u[i] - m_chunk)", "w[i] = u[i] - m_chunk")]),
 }
