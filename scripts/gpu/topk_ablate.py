@@ -22,6 +22,7 @@ Variants — copies of ``numba_softmax`` in a temporary folder, each edited in o
               the chunk's own max, so they need not wait for it; the state rescaled
               (combined as before) only when a chunk's max passes m by more than 16
               (close: ℓ is summed against another reference);
+``lag fma``   ``lag`` with its exponentials as in ``exp2 fma`` (close);
 ``no list``   after the first chunk no value is offered to the warps' lists: the
               (m, ℓ) stream alone, what the top-k work costs (wrong results);
 ``no exp``    ℓ summed without its exponentials: what they cost (wrong results).
@@ -85,6 +86,12 @@ LAG_NEW = """            for i in range(vpt):  # exps against the m of the chunk
                         l_chunk += weight_device(u[i], m_chunk)
                 m, l = combine_device(m, l, m_chunk, l_chunk)
 """
+VARIANTS_LAG_REST = [  # the lag variants' scratch array and margin
+    (STREAM, "        w = cuda.local.array(vpt, acc)  # the chains' scratch\n",
+     "        w = cuda.local.array(vpt, acc)  # the chains' scratch\n"
+     "        wl = cuda.local.array(vpt, acc)  # exp(u − m), m of the chunks before\n"),
+    (STREAM, "@functools.cache\ndef stream(",
+     "LAG = 16.0  # how far past m a chunk's max may be\n\n\n@functools.cache\ndef stream(")]
 EXACT, CLOSE, TIMED = "exact", "close", "timed"  # what a variant's outputs must be
 VARIANTS = {  # name: (kind, [(file, old, new), ...])
     "as is": (EXACT, []),
@@ -114,12 +121,11 @@ VARIANTS = {  # name: (kind, [(file, old, new), ...])
         "                            mask = ballot(u[i] >= gate and precedes_device(u[i], j, th_u, th_j))\n")]),
     "exp2 fma": (CLOSE, [(STREAM, "w[i] = math.exp(u[i] - m_chunk)",
                           "w[i] = math.exp2(u[i] * acc(1.4426950408889634) - m_chunk * acc(1.4426950408889634))")]),
-    "lag": (CLOSE, [(STREAM, LAG_OLD, LAG_NEW),
-                    (STREAM, "        w = cuda.local.array(vpt, acc)  # the chains' scratch\n",
-                     "        w = cuda.local.array(vpt, acc)  # the chains' scratch\n"
-                     "        wl = cuda.local.array(vpt, acc)  # exp(u − m), m of the chunks before\n"),
-                    (STREAM, "@functools.cache\ndef stream(",
-                     "LAG = 16.0  # how far past m a chunk's max may be\n\n\n@functools.cache\ndef stream(")]),
+    "lag": (CLOSE, [(STREAM, LAG_OLD, LAG_NEW)] + VARIANTS_LAG_REST),
+    "lag fma": (CLOSE, [(STREAM, LAG_OLD, LAG_NEW.replace(
+        "wl[i] = math.exp(u[i] - m)",
+        "wl[i] = math.exp2(u[i] * acc(1.4426950408889634) - m * acc(1.4426950408889634))"))]
+        + VARIANTS_LAG_REST),
     "no list": (TIMED, [(STREAM, "            if ballot(hit) != 0:", "            if False:")]),
     "no exp": (TIMED, [(STREAM, "w[i] = math.exp(u[i] - m_chunk)", "w[i] = u[i] - m_chunk")]),
 }
