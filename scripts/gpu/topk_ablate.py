@@ -52,21 +52,23 @@ sys.path.insert(0, HERE)
 
 STREAM, STATE = "kernels/topk_stream.py", "kernels/topk_state.py"
 FOLD = "fold = stream(dtype, vpt, width, regs, perturb, not warp_rows and threads // WARP > 2)"
-LAG_OLD = """            m_chunk = chains(w, True)
-            top = m_chunk  # (a NaN may hide a value here: its row's ℓ is NaN, its output NaN)
-            l_chunk = acc(0.0)
-            if m_chunk > -math.inf:  # a NaN in u makes ℓ_c NaN, as combine's does
-                for i in range(vpt):
-                    w[i] = math.exp(u[i] - m_chunk)
-                l_chunk = chains(w, False)
-            else:  # no finite value: −inf everywhere, or a NaN the max let go
-                for i in range(vpt):
-                    m_chunk = larger_device(m_chunk, u[i])
-                for i in range(vpt):
-                    l_chunk += weight_device(u[i], m_chunk)
-            m, l = combine_device(m, l, m_chunk, l_chunk)
-"""
-LAG_NEW = """            for i in range(vpt):  # exps against the m of the chunks before: they need
+
+
+def package_lines(rel, first, last):
+    """The package's text from the line ``first`` through the line ``last``: an edit's old
+    text read from the source, not copied into this script."""
+    with open(os.path.join(PACKAGE, rel)) as f:
+        text = f.read()
+    if first not in text or last not in text:
+        sys.exit(f"{rel} no longer has {first.strip()!r} … {last.strip()!r}")
+    start = text.index(first)
+    return text[start : text.index(last, start) + len(last)]
+
+
+# the chunk's (m, ℓ) step; lag keeps its lines from ``l_chunk = …`` on as the rescale path
+LAG_OLD = package_lines(STREAM, "            m_chunk = chains(w, True)\n",
+                        "            m, l = combine_device(m, l, m_chunk, l_chunk)\n")
+LAG_NEW = ("""            for i in range(vpt):  # exps against the m of the chunks before: they need
                 wl[i] = math.exp(u[i] - m)  # not wait for this chunk's max (used if m is finite)
             l_lag = chains(wl, False)
             m_chunk = chains(w, True)
@@ -74,18 +76,8 @@ LAG_NEW = """            for i in range(vpt):  # exps against the m of the chunk
             lagged = m > -math.inf and m < math.inf and m_chunk <= m + acc(LAG)
             l = l + l_lag if lagged else l  # (a select: the sums above stay before the branch)
             if not lagged:  # the first chunk, or one whose max passes m + LAG: as before
-                l_chunk = acc(0.0)
-                if m_chunk > -math.inf:  # a NaN in u makes ℓ_c NaN, as combine's does
-                    for i in range(vpt):
-                        w[i] = math.exp(u[i] - m_chunk)
-                    l_chunk = chains(w, False)
-                else:  # no finite value: −inf everywhere, or a NaN the max let go
-                    for i in range(vpt):
-                        m_chunk = larger_device(m_chunk, u[i])
-                    for i in range(vpt):
-                        l_chunk += weight_device(u[i], m_chunk)
-                m, l = combine_device(m, l, m_chunk, l_chunk)
 """
+           + "".join("    " + line + "\n" for line in LAG_OLD.splitlines()[2:]))
 VARIANTS_LAG_REST = [  # the lag variants' scratch array and margin
     (STREAM, "        w = cuda.local.array(vpt, acc)  # the chains' scratch\n",
      "        w = cuda.local.array(vpt, acc)  # the chains' scratch\n"
