@@ -10,7 +10,7 @@ from numba import cuda
 from _helpers import load_script
 
 
-def test_every_variant_builds_and_the_exact_ones_match_the_package(tmp_path, four_warp_blocks):
+def test_every_variant_builds_and_the_exact_and_close_ones_match_the_package(tmp_path, four_warp_blocks):
     ablate = load_script("scripts/gpu/topk_ablate.py")
     modules = ablate.build(str(tmp_path), list(ablate.VARIANTS))  # (exits if an edit misses)
     rng = np.random.default_rng(3)
