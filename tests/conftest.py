@@ -90,8 +90,14 @@ def pytest_report_header(config):
 def four_warp_blocks(monkeypatch):
     """Blocks of up to 128 threads on the simulator, whose launch limit is 64 (two warps):
     for a path only blocks of more than two warps take (the top-k lists' shared floor).
-    Nothing changes on a GPU."""
-    if SIMULATOR:
-        from numba_softmax.kernels import launcher
+    Nothing changes on a GPU.  Returns ``allow(launcher)``, the same for another copy of
+    the package's launcher module (``scripts/gpu/topk_ablate.py``'s variants)."""
 
-        monkeypatch.setattr(launcher, "max_threads", lambda kernel, args: 4 * 32)
+    def allow(launcher):
+        if SIMULATOR:
+            monkeypatch.setattr(launcher, "max_threads", lambda kernel, args: 4 * 32)
+
+    from numba_softmax.kernels import launcher
+
+    allow(launcher)
+    return allow

@@ -111,6 +111,14 @@ def test_block_per_row_shared_floor(ties, four_warp_blocks):
     run(x, 40, plan=K.Plan(False, 64, 4))
 
 
+def test_fit_cuts_threads_to_whole_warps(monkeypatch):
+    """Threads a compiled kernel cannot launch are cut to whole warps (the lists vote by
+    warps): a plan of 96 where 64 fit gives a multiple of 32, not 48."""
+    monkeypatch.setattr(launcher, "max_threads", lambda kernel, args: 64)
+    kern, threads = K.fit(lambda t: t, 96, ())
+    assert kern == threads and threads % WARP == 0 and WARP <= threads <= 64
+
+
 def test_a_chunk_with_more_candidates_than_the_warps_buffer():
     """An ascending row: once the first chunk has seeded the list, every value of each
     later chunk beats θ — 32 lanes × 8 values, more than a warp's buffer holds — so they

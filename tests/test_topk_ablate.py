@@ -4,6 +4,8 @@ indices bit for bit, and the close ones its indices and values within float32 ro
 (two and four warps a block: the package shares a floor only in the second, the variants
 add or remove it)."""
 
+import sys
+
 import numpy as np
 from numba import cuda
 
@@ -13,6 +15,8 @@ from _helpers import load_script
 def test_every_variant_builds_and_the_exact_and_close_ones_match_the_package(tmp_path, four_warp_blocks):
     ablate = load_script("scripts/gpu/topk_ablate.py")
     modules = ablate.build(str(tmp_path), list(ablate.VARIANTS))  # (exits if an edit misses)
+    for i in range(len(modules)):  # each copy launches through its own launcher
+        four_warp_blocks(sys.modules[f"ns_{i}.kernels.launcher"])
     rng = np.random.default_rng(3)
     x = cuda.to_device(rng.standard_normal((2, 700)).astype(np.float32))
     for threads in (64, 128):

@@ -4,7 +4,7 @@ package's top-k beside copies of it with one part taken out, and torch, in one r
 
     python scripts/gpu/topk_ablate.py [--quick] [--only NAME,NAME] [--plans 64x16,128x16]
 
-Variants — copies of ``numba_softmax`` in a temporary folder, each edited in one place of
+Variants — copies of ``numba_softmax`` in a temporary folder, each edited in a few places of
 :mod:`numba_softmax.kernels.topk_stream` or :mod:`~numba_softmax.kernels.topk_state`
 (an edit that no longer matches the source stops the script):
 
@@ -22,7 +22,7 @@ Variants — copies of ``numba_softmax`` in a temporary folder, each edited in o
               the chunk's own max, so they need not wait for it; the state rescaled
               (combined as before) only when a chunk's max passes m by more than 16
               (close: ℓ is summed against another reference);
-``lag fma``   ``lag`` with its exponentials as in ``exp2 fma`` (close);
+``lag fma``   ``lag`` with its common chunk's exponentials as in ``exp2 fma`` (close);
 ``no list``   after the first chunk no value is offered to the warps' lists: the
               (m, ℓ) stream alone, what the top-k work costs (wrong results);
 ``no exp``    ℓ summed without its exponentials: what they cost (wrong results).
@@ -78,6 +78,9 @@ LAG_NEW = ("""            for i in range(vpt):  # exps against the m of the chun
             if not lagged:  # the first chunk, or one whose max passes m + LAG: as before
 """
            + "".join("    " + line + "\n" for line in LAG_OLD.splitlines()[2:]))
+LAG_FMA = LAG_NEW.replace("wl[i] = math.exp(u[i] - m)",
+                          "wl[i] = math.exp2(u[i] * acc(1.4426950408889634) - m * acc(1.4426950408889634))")
+assert LAG_FMA != LAG_NEW  # (the replaced line is LAG_NEW's own)
 VARIANTS_LAG_REST = [  # the lag variants' scratch array and margin
     (STREAM, "        w = cuda.local.array(vpt, acc)  # the chains' scratch\n",
      "        w = cuda.local.array(vpt, acc)  # the chains' scratch\n"
@@ -114,10 +117,7 @@ VARIANTS = {  # name: (kind, [(file, old, new), ...])
     "exp2 fma": (CLOSE, [(STREAM, "w[i] = math.exp(u[i] - m_chunk)",
                           "w[i] = math.exp2(u[i] * acc(1.4426950408889634) - m_chunk * acc(1.4426950408889634))")]),
     "lag": (CLOSE, [(STREAM, LAG_OLD, LAG_NEW)] + VARIANTS_LAG_REST),
-    "lag fma": (CLOSE, [(STREAM, LAG_OLD, LAG_NEW.replace(
-        "wl[i] = math.exp(u[i] - m)",
-        "wl[i] = math.exp2(u[i] * acc(1.4426950408889634) - m * acc(1.4426950408889634))"))]
-        + VARIANTS_LAG_REST),
+    "lag fma": (CLOSE, [(STREAM, LAG_OLD, LAG_FMA)] + VARIANTS_LAG_REST),
     "no list": (TIMED, [(STREAM, "            if ballot(hit) != 0:", "            if False:")]),
     "no exp": (TIMED, [(STREAM, "w[i] = math.exp(u[i] - m_chunk)", "w[i] = u[i] - m_chunk")]),
 }
