@@ -111,12 +111,33 @@ def test_block_per_row_shared_floor(ties, four_warp_blocks):
     run(x, 40, plan=K.Plan(False, 64, 4))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_lagging_reference_its_rescale_and_special_chunks(dtype):
+    """ℓ is summed against the m of a thread's chunks before, m moving only when a
+    chunk's max passes it by more than LAG (16): chunks that raise the max within the lag,
+    past it (by 105: e¹⁰⁵ is past float32's range, so a lag that let it through fails),
+    all −inf, far below, huge (exp past the float range: discarded), and a NaN or +inf
+    arriving in a later chunk — each against the float64 reference."""
+    rng = np.random.default_rng(17)
+    plan = K.Plan(True, WARP, 4)  # a warp a row: each thread's chunk is 4 values of 128
+    shifts = [0.0, 8.0, 30.0, -np.inf, 45.0, 150.0, -100.0, 9.0e3, 40.0]  # chunk by chunk
+    c = WARP * 4  # a chunk's columns
+    x = np.concatenate([rng.standard_normal((5, c)) + s for s in shifts], axis=1)
+    x[0, 7 * c : 8 * c] = 0.0  # row 0 without the huge chunk: its ℓ is checked
+    x[1, 4 * c + 5] = np.nan  # a NaN in a lagged chunk
+    x[2, 3 * c + 9] = np.inf  # +inf where the rest of the chunk is −inf
+    x[3, :c] = -np.inf  # m stays −inf through the first chunk
+    run(x, 5, dtype, plan=plan)
+    run(x, 40, dtype, plan=K.Plan(False, 2 * WARP, 4), log=True)
+
+
 def test_fit_cuts_threads_to_whole_warps(monkeypatch):
     """Threads a compiled kernel cannot launch are cut to whole warps (the lists vote by
-    warps): a plan of 96 where 64 fit gives a multiple of 32, not 48."""
-    monkeypatch.setattr(launcher, "max_threads", lambda kernel, args: 64)
-    kern, threads = K.fit(lambda t: t, 96, ())
-    assert kern == threads and threads % WARP == 0 and WARP <= threads <= 64
+    warps): a plan of 96 where 64 fit gives 64 (half, rounded up to whole warps), not 48
+    or 32; where only 32 fit, 32."""
+    for fits, want in ((64, 64), (63, 32), (32, 32)):
+        monkeypatch.setattr(launcher, "max_threads", lambda kernel, args: fits)
+        assert K.fit(lambda t: t, 96, ()) == (want, want)
 
 
 def test_a_chunk_with_more_candidates_than_the_warps_buffer():

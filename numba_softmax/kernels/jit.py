@@ -17,6 +17,8 @@
   even).  For every other dtype they are plain casts.
 """
 
+import math
+
 import numba
 import numpy as np
 from numba import cuda
@@ -106,6 +108,19 @@ else:
         return f32_to_f16_bits(numba.float32(x))
 
 
+if simulator_enabled():
+
+    def _exp2(x):
+        return math.inf if x > 1024.0 else math.exp2(x)  # (Python's raises past the range)
+
+else:
+
+    def _exp2(x):
+        """2ˣ; +inf past the float range, as the GPU gives it (a fast ``ex2.approx``)."""
+        return math.exp2(x)
+
+
+exp2 = device(_exp2)
 _bf16_load = device(_bf16_to_f32)
 _bf16_store = device(_f32_to_bf16)
 _f16_bits_load = device(_f16_bits_to_f32)

@@ -161,10 +161,10 @@ def workspace(rows, splits, k, acc_dtype, stream):
 
 
 def fit(build, threads, args):
-    """``build(threads)`` with threads halved (whole warps) until the compiled kernel can
-    launch them."""
+    """``build(threads)`` with threads halved until the compiled kernel can launch them:
+    half, rounded up to whole warps (the lists vote by warps), so 96 becomes 64."""
     while threads > WARP and threads > launcher.max_threads(build(threads), args):
-        threads = max(WARP, threads // 2 // WARP * WARP)
+        threads = -(-(threads // 2) // WARP) * WARP
     return build(threads), threads
 
 

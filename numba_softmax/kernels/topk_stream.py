@@ -16,7 +16,7 @@ from numba import cuda
 from ..combine import EMPTY, combine_device, larger_device, precedes_device, weight_device
 from ..draws import gumbel_device
 from . import jit, pairs, vector
-from .jit import accumulator
+from .jit import accumulator, exp2
 from .topk_list import BUFFER, WARP, warp_list
 from .warp import ballot, shfl, shfl2
 
@@ -77,6 +77,12 @@ def loads(dtype, vpt, width):
     return fetch, value, U32, vpt // 2, U32(pairs.pad_bits(dtype, -math.inf))
 
 
+# How far past the running m a chunk's max may be before the state is rescaled
+# (FlashAttention-4's conditional rescaling; docs/algorithms/topk.md): ℓ's terms
+# stay below e¹⁶ ≈ 9·10⁶.
+LAG = 16.0
+
+
 @functools.cache
 def stream(dtype, vpt, width, slots, perturb, shared_floor):
     """Device function: one thread's (m, ℓ) over its values of x[row, start:stop] and its
@@ -84,11 +90,15 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
     the R threads streaming the range (whole warps).  With ``perturb`` the list ranks
     u_j + G_j (Gumbel noise from ``key``: sampling), while (m, ℓ) stays that of u.
 
-    The common chunk costs per value a multiply, a max, an exp and an add (the max and
-    the sum in four interleaved chains), and one comparison a chunk: its largest u against
-    the gate, the larger of θ and the floor (with ``perturb``, each value's); the next chunk's loads are in flight
-    meanwhile.  Indices are formed only for a chunk with candidates, and the −inf/NaN
-    bookkeeping of :func:`combine.weight` only for a chunk with no finite value.  The
+    The common chunk costs per value a multiply, a max, an FMA, an exp and an add (the
+    max and the sum in four interleaved chains), and one comparison a chunk: its largest
+    u against the gate, the larger of θ and the floor (with ``perturb``, each value's);
+    the next chunk's loads are in flight meanwhile.  ℓ is summed against a *lagging*
+    reference — the m of the chunks before — so the exponentials need not wait for the
+    chunk's max (the stream is latency-bound); m moves, and the state is rescaled, only
+    when a chunk's max passes it by more than ``LAG``.  Indices are formed only for a chunk
+    with candidates, and the −inf/NaN bookkeeping of :func:`combine.weight` only for a
+    chunk with no finite value.  The
     first chunk seeds the list: each lane's best ``slots`` values, offered all at once
     (``seed``), so that θ starts at the k-th of the lanes' best instead of −inf, when
     every value would be a candidate.  With one slot (k ≤ 32) the candidates are inserted
@@ -107,6 +117,7 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
     fetch, value, held, slots_held, pad = loads(dtype, vpt, width)
     insert, offer, flush, threshold, _ = warp_list(acc, slots)
     serial = slots == 1
+    log2e, lag = acc(math.log2(math.e)), acc(LAG)
     gumbel = gumbel_device(acc)
 
     @jit.device
@@ -173,6 +184,7 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
         u = cuda.local.array(vpt, acc)
         uc = cuda.local.array(vpt, acc)  # a chunk with candidates: u, indexed by a runtime i
         w = cuda.local.array(vpt, acc)  # the chains' scratch
+        wl = cuda.local.array(vpt, acc)  # exp(u − m) against the lagging m
         for s in range(slots):
             lv[s] = -math.inf
             li[s] = EMPTY
@@ -193,19 +205,30 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
             for i in range(vpt):
                 u[i] = value(raw, i) * inv_t
                 w[i] = u[i]
+            # ℓ against the lagging reference m (the chunks before): exp(u − m) as one FMA
+            # and an ex2 a value, started before this chunk's max m_c is known
+            for i in range(vpt):
+                wl[i] = exp2(u[i] * log2e - m * log2e)
+            l_lag = chains(wl, False)
             m_chunk = chains(w, True)
             top = m_chunk  # (a NaN may hide a value here: its row's ℓ is NaN, its output NaN)
-            l_chunk = acc(0.0)
-            if m_chunk > -math.inf:  # a NaN in u makes ℓ_c NaN, as combine's does
-                for i in range(vpt):
-                    w[i] = math.exp(u[i] - m_chunk)
-                l_chunk = chains(w, False)
-            else:  # no finite value: −inf everywhere, or a NaN the max let go
-                for i in range(vpt):
-                    m_chunk = larger_device(m_chunk, u[i])
-                for i in range(vpt):
-                    l_chunk += weight_device(u[i], m_chunk)
-            m, l = combine_device(m, l, m_chunk, l_chunk)
+            # kept while m_c ≤ m + LAG: ℓ += Σ exp(u − m), m unchanged (a select, so the
+            # sums above stay ahead of the branch); else — the first chunk, m_c past
+            # m + LAG, a NaN or +inf, m not finite — (m_c, ℓ_c) and the online step
+            lagged = m > -math.inf and m < math.inf and m_chunk <= m + lag
+            l = l + l_lag if lagged else l
+            if not lagged:
+                l_chunk = acc(0.0)
+                if m_chunk > -math.inf:  # a NaN in u makes ℓ_c NaN, as combine's does
+                    for i in range(vpt):
+                        w[i] = math.exp(u[i] - m_chunk)
+                    l_chunk = chains(w, False)
+                else:  # no finite value: −inf everywhere, or a NaN the max let go
+                    for i in range(vpt):
+                        m_chunk = larger_device(m_chunk, u[i])
+                    for i in range(vpt):
+                        l_chunk += weight_device(u[i], m_chunk)
+                m, l = combine_device(m, l, m_chunk, l_chunk)
             if perturb:
                 for i in range(vpt):
                     j = index(base, t, R, i)

@@ -26,22 +26,11 @@ FULL_MASK = 0xFFFFFFFF
 WARP = 32
 
 if simulator_enabled():
-    import threading
-
-    from .._sim import _warp_of
-
-    def _exchange(value):
-        """Every lane posts ``value`` and gets the warp's board back: one barrier round.
-        Two boards are used in turn, so a lane that runs ahead to its next exchange
-        writes the board no lane still reads (the barrier between keeps it one ahead)."""
-        me = threading.current_thread()
-        warp = _warp_of(me)
-        boards = warp.__dict__.setdefault("boards", ([None] * WARP, [None] * WARP))
-        phase = getattr(me, "exchange_phase", 0)
-        me.exchange_phase = 1 - phase
-        boards[phase][me.thread_id % WARP] = value
-        warp.barrier.wait()  # every lane has posted
-        return boards[phase]
+    # one board and one round counter a warp for every kind of exchange: this module's,
+    # the butterfly's ``shfl_xor_sync`` and the mma emulation's all take turns on
+    # :func:`numba_softmax._sim.warp_exchange` (two counters of their own could let a
+    # lane read a board another kind of exchange was still writing)
+    from .._sim import warp_exchange as _exchange
 
     def ballot(p):
         word = 0

@@ -16,16 +16,15 @@ Variants — copies of ``numba_softmax`` in a temporary folder, each edited in a
 ``vote once`` one slot (k ≤ 32), a chunk with candidates: the warp ORs its lanes' bits
               of "u[i] reaches the gate" and votes only on those i, not on all of
               them (exact: the gate only rises within a chunk);
-``exp2 fma``  exp(u − m) as exp2(u·log2 e − m·log2 e): one fused multiply-add a value
-              instead of a subtract and a multiply (close);
-``lag``       each chunk's exponentials against the running m of the chunks before, not
-              the chunk's own max, so they need not wait for it; the state rescaled
-              (combined as before) only when a chunk's max passes m by more than 16
-              (close: ℓ is summed against another reference);
-``lag fma``   ``lag`` with its common chunk's exponentials as in ``exp2 fma`` (close);
+``no lag``    ℓ against each chunk's own max, the online step every chunk — the stream
+              before tree LAGTREE, whose exponentials wait for the chunk's max (close:
+              ℓ is summed against another reference; the lagging sums are dead code);
 ``no list``   after the first chunk no value is offered to the warps' lists: the
               (m, ℓ) stream alone, what the top-k work costs (wrong results);
 ``no exp``    ℓ summed without its exponentials: what they cost (wrong results).
+
+(*exp2 fma*, *lag* and *lag fma*, the twenty-ninth session's variants, are the package
+since: ``docs/benchmarks/NOTES.md``.)
 
 The exact variants must give the package's values and indices bit for bit, the close
 ones the same indices and values within 1e-5 (float32) or 1e-2 (bfloat16) relative
@@ -53,40 +52,6 @@ sys.path.insert(0, HERE)
 STREAM, STATE = "kernels/topk_stream.py", "kernels/topk_state.py"
 FOLD = "fold = stream(dtype, vpt, width, regs, perturb, not warp_rows and threads // WARP > 2)"
 
-
-def package_lines(rel, first, last):
-    """The package's text from the line ``first`` through the line ``last``: an edit's old
-    text read from the source, not copied into this script."""
-    with open(os.path.join(PACKAGE, rel)) as f:
-        text = f.read()
-    if first not in text or last not in text:
-        sys.exit(f"{rel} no longer has {first.strip()!r} … {last.strip()!r}")
-    start = text.index(first)
-    return text[start : text.index(last, start) + len(last)]
-
-
-# the chunk's (m, ℓ) step; lag keeps its lines from ``l_chunk = …`` on as the rescale path
-LAG_OLD = package_lines(STREAM, "            m_chunk = chains(w, True)\n",
-                        "            m, l = combine_device(m, l, m_chunk, l_chunk)\n")
-LAG_NEW = ("""            for i in range(vpt):  # exps against the m of the chunks before: they need
-                wl[i] = math.exp(u[i] - m)  # not wait for this chunk's max (used if m is finite)
-            l_lag = chains(wl, False)
-            m_chunk = chains(w, True)
-            top = m_chunk  # (a NaN may hide a value here: its row's ℓ is NaN, its output NaN)
-            lagged = m > -math.inf and m < math.inf and m_chunk <= m + acc(LAG)
-            l = l + l_lag if lagged else l  # (a select: the sums above stay before the branch)
-            if not lagged:  # the first chunk, or one whose max passes m + LAG: as before
-"""
-           + "".join("    " + line + "\n" for line in LAG_OLD.splitlines()[2:]))
-LAG_FMA = LAG_NEW.replace("wl[i] = math.exp(u[i] - m)",
-                          "wl[i] = math.exp2(u[i] * acc(1.4426950408889634) - m * acc(1.4426950408889634))")
-assert LAG_FMA != LAG_NEW  # (the replaced line is LAG_NEW's own)
-VARIANTS_LAG_REST = [  # the lag variants' scratch array and margin
-    (STREAM, "        w = cuda.local.array(vpt, acc)  # the chains' scratch\n",
-     "        w = cuda.local.array(vpt, acc)  # the chains' scratch\n"
-     "        wl = cuda.local.array(vpt, acc)  # exp(u − m), m of the chunks before\n"),
-    (STREAM, "@functools.cache\ndef stream(",
-     "LAG = 16.0  # how far past m a chunk's max may be\n\n\n@functools.cache\ndef stream(")]
 EXACT, CLOSE, TIMED = "exact", "close", "timed"  # what a variant's outputs must be
 VARIANTS = {  # name: (kind, [(file, old, new), ...])
     "as is": (EXACT, []),
@@ -114,12 +79,10 @@ VARIANTS = {  # name: (kind, [(file, old, new), ...])
         "                        mask = numba.uint32(0)\n"
         "                        if some & (1 << i):\n"
         "                            mask = ballot(u[i] >= gate and precedes_device(u[i], j, th_u, th_j))\n")]),
-    "exp2 fma": (CLOSE, [(STREAM, "w[i] = math.exp(u[i] - m_chunk)",
-                          "w[i] = math.exp2(u[i] * acc(1.4426950408889634) - m_chunk * acc(1.4426950408889634))")]),
-    "lag": (CLOSE, [(STREAM, LAG_OLD, LAG_NEW)] + VARIANTS_LAG_REST),
-    "lag fma": (CLOSE, [(STREAM, LAG_OLD, LAG_FMA)] + VARIANTS_LAG_REST),
+    "no lag": (CLOSE, [(STREAM, "lagged = m > -math.inf and m < math.inf and m_chunk <= m + lag",
+                        "lagged = False")]),
     "no list": (TIMED, [(STREAM, "            if ballot(hit) != 0:", "            if False:")]),
-    "no exp": (TIMED, [(STREAM, "w[i] = math.exp(u[i] - m_chunk)", "w[i] = u[i] - m_chunk")]),
+    "no exp": (TIMED, [(STREAM, "wl[i] = exp2(u[i] * log2e - m * log2e)", "wl[i] = u[i] - m")]),
 }
 SHAPES = ([(1024, V, k, dt) for V in (32000, 128256, 262144) for k in (8, 50)
            for dt in ("float32", "bfloat16")]
