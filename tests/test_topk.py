@@ -117,7 +117,9 @@ def test_lagging_reference_its_rescale_and_special_chunks(dtype):
     chunk's max passes it by more than LAG (16): chunks that raise the max within the lag,
     past it (by 105: e¹⁰⁵ is past float32's range, so a lag that let it through fails),
     all −inf, far below, huge (exp past the float range: discarded), and a NaN or +inf
-    arriving in a later chunk — each against the float64 reference."""
+    arriving in a later chunk; rows of magnitude 10⁴, and ties at the largest float32
+    (the GPU's fuzz found them lost to exp2(u·log2e − m·log2e) as one FMA) — each against
+    the float64 reference."""
     rng = np.random.default_rng(17)
     plan = K.Plan(True, WARP, 4)  # a warp a row: each thread's chunk is 4 values of 128
     shifts = [0.0, 8.0, 30.0, -np.inf, 45.0, 150.0, -100.0, 9.0e3, 40.0]  # chunk by chunk
@@ -127,6 +129,9 @@ def test_lagging_reference_its_rescale_and_special_chunks(dtype):
     x[1, 4 * c + 5] = np.nan  # a NaN in a lagged chunk
     x[2, 3 * c + 9] = np.inf  # +inf where the rest of the chunk is −inf
     x[3, :c] = -np.inf  # m stays −inf through the first chunk
+    big = rng.standard_normal((2, x.shape[1])) * 1.0e4  # m·log2e would round by 1e-3
+    big[1, ::37] = 3.4e38  # ties at the largest float32 (whose ·log2e is inf)
+    x = np.concatenate([x, big])
     run(x, 5, dtype, plan=plan)
     run(x, 40, dtype, plan=K.Plan(False, 2 * WARP, 4), log=True)
 

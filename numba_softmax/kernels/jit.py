@@ -110,17 +110,17 @@ else:
 
 if simulator_enabled():
 
-    def _exp2(x):
-        return math.inf if x > 1024.0 else math.exp2(x)  # (Python's raises past the range)
+    def _exp(x):
+        return math.inf if x > 709.0 else math.exp(x)  # (Python's raises past the range)
 
 else:
 
-    def _exp2(x):
-        """2ˣ; +inf past the float range, as the GPU gives it (a fast ``ex2.approx``)."""
-        return math.exp2(x)
+    def _exp(x):
+        """eˣ; +inf past the float range, as the GPU gives it (fast: an ``ex2.approx``)."""
+        return math.exp(x)
 
 
-exp2 = device(_exp2)
+exp = device(_exp)
 _bf16_load = device(_bf16_to_f32)
 _bf16_store = device(_f32_to_bf16)
 _f16_bits_load = device(_f16_bits_to_f32)

@@ -16,7 +16,7 @@ from numba import cuda
 from ..combine import EMPTY, combine_device, larger_device, precedes_device, weight_device
 from ..draws import gumbel_device
 from . import jit, pairs, vector
-from .jit import accumulator, exp2
+from .jit import accumulator, exp
 from .topk_list import BUFFER, WARP, warp_list
 from .warp import ballot, shfl, shfl2
 
@@ -90,8 +90,8 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
     the R threads streaming the range (whole warps).  With ``perturb`` the list ranks
     u_j + G_j (Gumbel noise from ``key``: sampling), while (m, ℓ) stays that of u.
 
-    The common chunk costs per value a multiply, a max, an FMA, an exp and an add (the
-    max and the sum in four interleaved chains), and one comparison a chunk: its largest
+    The common chunk costs per value a multiply, a max, an exp and an add (the max and
+    the sum in four interleaved chains), and one comparison a chunk: its largest
     u against the gate, the larger of θ and the floor (with ``perturb``, each value's);
     the next chunk's loads are in flight meanwhile.  ℓ is summed against a *lagging*
     reference — the m of the chunks before — so the exponentials need not wait for the
@@ -117,7 +117,7 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
     fetch, value, held, slots_held, pad = loads(dtype, vpt, width)
     insert, offer, flush, threshold, _ = warp_list(acc, slots)
     serial = slots == 1
-    log2e, lag = acc(math.log2(math.e)), acc(LAG)
+    lag = acc(LAG)
     gumbel = gumbel_device(acc)
 
     @jit.device
@@ -205,10 +205,11 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
             for i in range(vpt):
                 u[i] = value(raw, i) * inv_t
                 w[i] = u[i]
-            # ℓ against the lagging reference m (the chunks before): exp(u − m) as one FMA
-            # and an ex2 a value, started before this chunk's max m_c is known
+            # ℓ against the lagging reference m (the chunks before), started before this
+            # chunk's max m_c is known.  (u − m first: exact for u near m, where
+            # u·log2e − m·log2e as one FMA rounds m·log2e — to inf near the largest float)
             for i in range(vpt):
-                wl[i] = exp2(u[i] * log2e - m * log2e)
+                wl[i] = exp(u[i] - m)
             l_lag = chains(wl, False)
             m_chunk = chains(w, True)
             top = m_chunk  # (a NaN may hide a value here: its row's ℓ is NaN, its output NaN)
