@@ -19,6 +19,9 @@ Variants — copies of ``numba_softmax`` in a temporary folder, each edited in a
 ``no lag``    ℓ against each chunk's own max, the online step every chunk — the stream
               before tree LAGTREE, whose exponentials wait for the chunk's max (close:
               ℓ is summed against another reference; the lagging sums are dead code);
+``unscaled``  u = x, not x·(1/T), in the stream's chunks: what a kernel specialised for
+              T = 1 would save — one multiply a value (exact: the script's rows are
+              drawn at T = 1, where x·1 = x);
 ``no list``   after the first chunk no value is offered to the warps' lists: the
               (m, ℓ) stream alone, what the top-k work costs (wrong results);
 ``no exp``    ℓ summed without its exponentials: what they cost (wrong results).
@@ -81,6 +84,8 @@ VARIANTS = {  # name: (kind, [(file, old, new), ...])
         "                            mask = ballot(u[i] >= gate and precedes_device(u[i], j, th_u, th_j))\n")]),
     "no lag": (CLOSE, [(STREAM, "lagged = m > -math.inf and m < math.inf and m_chunk <= m + lag",
                         "lagged = False")]),
+    "unscaled": (EXACT, [(STREAM, "                u[i] = value(raw, i) * inv_t\n",
+                          "                u[i] = value(raw, i)\n")]),
     "no list": (TIMED, [(STREAM, "            if ballot(hit) != 0:", "            if False:")]),
     "no exp": (TIMED, [(STREAM, "wl[i] = exp(u[i] - m)", "wl[i] = u[i] - m")]),
 }
