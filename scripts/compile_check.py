@@ -275,18 +275,19 @@ def _topk():
     # the sorted lists: a warp a row (V ≤ 2048), a block a row (B ≥ 132: 8 warps at B 256)
     ROWS = "kernels.topk_rows:kernel|kernels.topk:kernel"
     rowsig = lambda d: (C(ST[d], 2), int64, ACC[d]) + outs(d)  # noqa: E731
-    for d, t, vpt, slots, warp_rows, log, cfg in (
-            ("f32", 128, 16, 2, True, False, "warp rows V2048"),
-            ("f32", 256, 16, 2, False, False, "B256 block rows"),
-            ("f16", 256, 16, 2, False, False, "B256 block rows"),
-            ("bf16", 256, 16, 2, False, False, "B256 block rows"),
-            ("f64", 256, 8, 2, False, False, "B256 block rows"),
-            ("f32", 64, 16, 4, False, True, "B1024 block rows k128 log")):
-        out.append(Entry("topk rows", f"{d} {cfg}", ROWS, (NP[d], t, vpt, W16[d], slots, warp_rows, log),
-                         rowsig(d), block=t))
+    for d, t, vpt, slots, warp_rows, log, scaled, cfg in (  # (scaled: T ≠ 1)
+            ("f32", 128, 16, 2, True, False, False, "warp rows V2048"),
+            ("f32", 256, 16, 2, False, False, False, "B256 block rows"),
+            ("f16", 256, 16, 2, False, False, False, "B256 block rows"),
+            ("bf16", 256, 16, 2, False, False, False, "B256 block rows"),
+            ("bf16", 64, 16, 1, False, False, True, "B1024 block rows T"),
+            ("f64", 256, 8, 2, False, False, True, "B256 block rows T"),
+            ("f32", 64, 16, 4, False, True, True, "B1024 block rows k128 log T")):
+        out.append(Entry("topk rows", f"{d} {cfg}", ROWS,
+                         (NP[d], t, vpt, W16[d], slots, warp_rows, log, scaled), rowsig(d), block=t))
     for d in HALF:
         out.append(Entry("topk rows", f"{d} B256 block rows strided W1 (A)", ROWS,
-                         (NP[d], 256, 16, 1, 2, False, False),
+                         (NP[d], 256, 16, 1, 2, False, False, False),
                          (A(ST[d], 2), int64, ACC[d]) + outs(d), block=256))
     # the lists' split (B 64: 2 pieces of 512), and sampling's
     PIECE = "kernels.topk_rows:piece_kernel|kernels.topk:piece_kernel"

@@ -198,8 +198,9 @@ def launch(x, k, values, indices, *, temperature=1.0, log=False, stream=0, plan=
         return _launch_filter(x, k, inv_t, values, indices, log, p, width, stream)
     if p.splits == 1 and not p.radix:
         args = (x, k, inv_t, values, indices)
-        kern, threads = fit(lambda t: kernel(x.dtype, t, vpt, width, slots, p.warp_rows, log),
-                            p.threads, args)
+        scaled = bool(inv_t != 1)  # (at T = 1 the stream skips its multiply a value)
+        kern, threads = fit(lambda t: kernel(x.dtype, t, vpt, width, slots, p.warp_rows, log,
+                                             scaled), p.threads, args)
         grid = -(-rows // (threads // WARP)) if p.warp_rows else rows
         launcher.launch(kern, grid, threads, stream, args)
         return

@@ -30,10 +30,10 @@ def max_splits(dtype, k):
 
 
 @functools.cache
-def kernel(dtype, threads, vpt, width, slots, warp_rows, log):
-    """The one-kernel path: a warp or a block per row."""
+def kernel(dtype, threads, vpt, width, slots, warp_rows, log, scaled=True):
+    """The one-kernel path: a warp or a block per row (``scaled=False``: T = 1, u = x)."""
     acc = accumulator(dtype)
-    state = row_state(dtype, threads, vpt, width, slots, warp_rows, False)
+    state = row_state(dtype, threads, vpt, width, slots, warp_rows, False, scaled)
     write = writer(dtype, log)
     lists = threads // WARP
     memory = block_memory(acc, lists * WARP * slots)

@@ -120,19 +120,20 @@ def block_memory(acc, entries):
 
 
 @functools.cache
-def row_state(dtype, threads, vpt, width, slots, warp_rows, perturb):
+def row_state(dtype, threads, vpt, width, slots, warp_rows, perturb, scaled=True):
     """Device function ``state(x, row, start, stop, k, inv_t, key, sv, si, m_sh, l_sh)``
     → (m, ℓ, base): the state of x[row, start:stop], its list left in sv/si[base : base+k].
 
     ``warp_rows``: each warp is a row of its own (rows of a block: threads/32; base = warp·k;
     no barrier; the lanes of the warp may then read the list); else the whole block
     streams the range and merges its warps' lists (base = 0; any thread may read it).
+    ``scaled=False``: u = x (T = 1; :func:`.topk_stream.stream`).
     """
     acc = accumulator(dtype)
     regs = pow2_ceil(slots)  # the list's entries a lane: a power of two (a bitonic merge)
     # (m, ℓ) and the warp's list; a shared floor only where a block has more than two warps:
     # at two it cost more than it saved (topk.md, "What stops B 1024")
-    fold = stream(dtype, vpt, width, regs, perturb, not warp_rows and threads // WARP > 2)
+    fold = stream(dtype, vpt, width, regs, perturb, not warp_rows and threads // WARP > 2, scaled)
     dump = warp_list(acc, regs)[-1]
     merge = merge_lists(acc, slots)
     buffered = threads // WARP * BUFFER

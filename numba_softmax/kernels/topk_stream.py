@@ -84,7 +84,7 @@ LAG = 16.0
 
 
 @functools.cache
-def stream(dtype, vpt, width, slots, perturb, shared_floor):
+def stream(dtype, vpt, width, slots, perturb, shared_floor, scaled=True):
     """Device function: one thread's (m, ℓ) over its values of x[row, start:stop] and its
     warp's top-k list (lv/li: ``slots`` entries per lane).  ``t``: the thread's place among
     the R threads streaming the range (whole warps).  With ``perturb`` the list ranks
@@ -112,7 +112,9 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
     ``floor_sh[0]``: the largest θ any warp has published.  Each warp's θ is the k-th best
     of values of the range, so no value below the floor can be among the range's k best,
     and no warp inserts one — the block inserts about as often as one warp streaming the
-    whole range would, not once per warp."""
+    whole range would, not once per warp.
+
+    ``scaled=False`` (a launch at T = 1) takes u = x: no multiply by 1/T a value."""
     acc = accumulator(dtype)
     fetch, value, held, slots_held, pad = loads(dtype, vpt, width)
     insert, offer, flush, threshold, _ = warp_list(acc, slots)
@@ -203,7 +205,7 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor):
                     fetch(x, row, base + step + (t + i * R) * width, stop, nxt, i * width, pad)
             # u = x / T; the chunk's state (m_c, ℓ_c), then the online step
             for i in range(vpt):
-                u[i] = value(raw, i) * inv_t
+                u[i] = value(raw, i) * inv_t if scaled else value(raw, i)
                 w[i] = u[i]
             # ℓ against the lagging reference m (the chunks before), started before this
             # chunk's max m_c is known.  (u − m first: exact for u near m, where

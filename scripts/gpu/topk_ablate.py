@@ -19,9 +19,8 @@ Variants — copies of ``numba_softmax`` in a temporary folder, each edited in a
 ``no lag``    ℓ against each chunk's own max, the online step every chunk — the stream
               before tree LAGTREE, whose exponentials wait for the chunk's max (close:
               ℓ is summed against another reference; the lagging sums are dead code);
-``unscaled``  u = x, not x·(1/T), in the stream's chunks: what a kernel specialised for
-              T = 1 would save — one multiply a value (exact: the script's rows are
-              drawn at T = 1, where x·1 = x);
+``scaled``    u = x·(1/T) at T = 1 too, as before the stream was specialised for T = 1
+              (the one-kernel path; exact: x·1 = x);
 ``no list``   after the first chunk no value is offered to the warps' lists: the
               (m, ℓ) stream alone, what the top-k work costs (wrong results);
 ``no exp``    ℓ summed without its exponentials: what they cost (wrong results).
@@ -52,14 +51,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE = os.path.join(HERE, "..", "..", "numba_softmax")
 sys.path.insert(0, HERE)
 
-STREAM, STATE = "kernels/topk_stream.py", "kernels/topk_state.py"
-FOLD = "fold = stream(dtype, vpt, width, regs, perturb, not warp_rows and threads // WARP > 2)"
+STREAM, STATE, TOPK = "kernels/topk_stream.py", "kernels/topk_state.py", "kernels/topk.py"
+FOLD = "fold = stream(dtype, vpt, width, regs, perturb, not warp_rows and threads // WARP > 2, scaled)"
 
 EXACT, CLOSE, TIMED = "exact", "close", "timed"  # what a variant's outputs must be
 VARIANTS = {  # name: (kind, [(file, old, new), ...])
     "as is": (EXACT, []),
-    "no floor": (EXACT, [(STATE, FOLD, "fold = stream(dtype, vpt, width, regs, perturb, False)")]),
-    "floor 2": (EXACT, [(STATE, FOLD, "fold = stream(dtype, vpt, width, regs, perturb, not warp_rows)")]),
+    "no floor": (EXACT, [(STATE, FOLD, "fold = stream(dtype, vpt, width, regs, perturb, False, scaled)")]),
+    "floor 2": (EXACT, [(STATE, FOLD, "fold = stream(dtype, vpt, width, regs, perturb, not warp_rows, scaled)")]),
     "floor/4": (EXACT, [
         (STREAM, "            if shared_floor:\n",
          "            chunks += numba.uint32(1)\n"
@@ -84,8 +83,7 @@ VARIANTS = {  # name: (kind, [(file, old, new), ...])
         "                            mask = ballot(u[i] >= gate and precedes_device(u[i], j, th_u, th_j))\n")]),
     "no lag": (CLOSE, [(STREAM, "lagged = m > -math.inf and m < math.inf and m_chunk <= m + lag",
                         "lagged = False")]),
-    "unscaled": (EXACT, [(STREAM, "                u[i] = value(raw, i) * inv_t\n",
-                          "                u[i] = value(raw, i)\n")]),
+    "scaled": (EXACT, [(TOPK, "scaled = bool(inv_t != 1)", "scaled = True")]),
     "no list": (TIMED, [(STREAM, "            if ballot(hit) != 0:", "            if False:")]),
     "no exp": (TIMED, [(STREAM, "wl[i] = exp(u[i] - m)", "wl[i] = u[i] - m")]),
 }
