@@ -275,14 +275,13 @@ def _topk():
     # the sorted lists: a warp a row (V ≤ 2048), a block a row (B ≥ 132: 8 warps at B 256)
     ROWS = "kernels.topk_rows:kernel|kernels.topk:kernel"
     rowsig = lambda d: (C(ST[d], 2), int64, ACC[d]) + outs(d)  # noqa: E731
-    for d, t, vpt, slots, warp_rows, log, scaled, cfg in (  # (scaled: T ≠ 1)
-            ("f32", 128, 16, 2, True, False, False, "warp rows V2048"),
-            ("f32", 256, 16, 2, False, False, False, "B256 block rows"),
-            ("f16", 256, 16, 2, False, False, False, "B256 block rows"),
-            ("bf16", 256, 16, 2, False, False, False, "B256 block rows"),
-            ("bf16", 64, 16, 1, False, False, True, "B1024 block rows T"),
-            ("f64", 256, 8, 2, False, False, True, "B256 block rows T"),
-            ("f32", 64, 16, 4, False, True, True, "B1024 block rows k128 log T")):
+    both = (("f32", 128, True, "warp rows V2048"), ("f32", 256, False, "B256 block rows"),
+            ("f16", 256, False, "B256 block rows"), ("bf16", 256, False, "B256 block rows"))
+    for d, t, vpt, slots, warp_rows, log, scaled, cfg in (  # (scaled: T ≠ 1, " T")
+            [(d, t, 16, 2, wr, False, sc, cfg + " T" * sc) for sc in (False, True) for d, t, wr, cfg in both]
+            + [("bf16", 64, 16, 1, False, False, True, "B1024 block rows T"),
+               ("f64", 256, 8, 2, False, False, True, "B256 block rows T"),
+               ("f32", 64, 16, 4, False, True, True, "B1024 block rows k128 log T")]):
         out.append(Entry("topk rows", f"{d} {cfg}", ROWS,
                          (NP[d], t, vpt, W16[d], slots, warp_rows, log, scaled), rowsig(d), block=t))
     for d in HALF:

@@ -121,9 +121,9 @@ def test_lagging_reference_its_rescale_and_special_chunks(dtype):
     (the GPU's fuzz found them lost to exp2(u·log2e − m·log2e) as one FMA) — each against
     the float64 reference."""
     rng = np.random.default_rng(17)
-    plan = K.Plan(True, WARP, 4)  # a warp a row: each thread's chunk is 4 values of 128
+    plan = K.Plan(True, WARP, 4)  # a warp a row: float32 chunks of 128 columns, 4 a thread
     shifts = [0.0, 8.0, 30.0, -np.inf, 45.0, 150.0, -100.0, 9.0e3, 40.0]  # chunk by chunk
-    c = WARP * 4  # a chunk's columns
+    c = WARP * 4  # a float32 chunk's columns (bfloat16's hold 8 a thread: two blocks a chunk)
     x = np.concatenate([rng.standard_normal((5, c)) + s for s in shifts], axis=1)
     x[0, 7 * c : 8 * c] = 0.0  # row 0 without the huge chunk: its ℓ is checked
     x[1, 4 * c + 5] = np.nan  # a NaN in a lagged chunk

@@ -111,7 +111,8 @@ else:
 if simulator_enabled():
 
     def _exp(x):
-        return math.inf if x > 709.0 else math.exp(x)  # (Python's raises past the range)
+        # (Python's raises past float64's range; a float32 result overflows where stored)
+        return math.inf if x > 709.0 else math.exp(x)
 
 else:
 

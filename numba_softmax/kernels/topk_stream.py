@@ -79,7 +79,7 @@ def loads(dtype, vpt, width):
 
 # How far past the running m a chunk's max may be before the state is rescaled
 # (FlashAttention-4's conditional rescaling; docs/algorithms/topk.md): ℓ's terms
-# stay below e¹⁶ ≈ 9·10⁶.
+# stay below e¹⁶ ≈ 9·10⁶ — or e³² where m + 16 rounds up (float32 |m| ≥ 2²⁸).
 LAG = 16.0
 
 

@@ -17,7 +17,7 @@ Variants — copies of ``numba_softmax`` in a temporary folder, each edited in a
               of "u[i] reaches the gate" and votes only on those i, not on all of
               them (exact: the gate only rises within a chunk);
 ``no lag``    ℓ against each chunk's own max, the online step every chunk — the stream
-              before tree LAGTREE, whose exponentials wait for the chunk's max (close:
+              of tree 6b39aa0, whose exponentials wait for the chunk's max (close:
               ℓ is summed against another reference; the lagging sums are dead code);
 ``scaled``    u = x·(1/T) at T = 1 too, as before the stream was specialised for T = 1
               (the one-kernel path; exact: x·1 = x);
