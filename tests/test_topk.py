@@ -111,7 +111,7 @@ def test_block_per_row_shared_floor(ties, four_warp_blocks):
     run(x, 40, plan=K.Plan(False, 64, 4))
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
 def test_lagging_reference_its_rescale_and_special_chunks(dtype):
     """ℓ is summed against the m of a thread's chunks before, m moving only when a
     chunk's max passes it by more than LAG (16): chunks that raise the max within the lag,
@@ -134,6 +134,7 @@ def test_lagging_reference_its_rescale_and_special_chunks(dtype):
     x = np.concatenate([x, big])
     run(x, 5, dtype, plan=plan)
     run(x, 40, dtype, plan=K.Plan(False, 2 * WARP, 4), log=True)
+    run(x[:5], 5, dtype, plan=plan, temperature=0.5)  # the stream that multiplies by 1/T
 
 
 def test_fit_cuts_threads_to_whole_warps(monkeypatch):
