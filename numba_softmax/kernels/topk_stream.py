@@ -98,8 +98,8 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor, scaled=True):
     chunk's max (the stream is latency-bound); m moves, and the state is rescaled, only
     when a chunk's max passes it by more than ``LAG``.  Indices are formed only for a chunk
     with candidates, and the −inf/NaN bookkeeping of :func:`combine.weight` only for a
-    chunk with no finite value.  The
-    first chunk seeds the list: each lane's best ``slots`` values, offered all at once
+    chunk with no finite value.  The first chunk seeds the list: each lane's best
+    ``slots`` values, offered all at once
     (``seed``), so that θ starts at the k-th of the lanes' best instead of −inf, when
     every value would be a candidate.  With one slot (k ≤ 32) the candidates are inserted
     in turn (:func:`.topk_list.warp_list`'s ``insert``), θ rising after each; with more
@@ -203,7 +203,7 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor, scaled=True):
             if base + step < stop:  # the next chunk's loads, in flight while this one folds
                 for i in range(vpt // width):
                     fetch(x, row, base + step + (t + i * R) * width, stop, nxt, i * width, pad)
-            # u = x / T; the chunk's state (m_c, ℓ_c), then the online step
+            # u = x / T (u = x at T = 1)
             for i in range(vpt):
                 u[i] = value(raw, i) * inv_t if scaled else value(raw, i)
                 w[i] = u[i]
