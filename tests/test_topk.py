@@ -157,6 +157,31 @@ def test_a_chunk_with_more_candidates_than_the_warps_buffer():
         run(x, k, plan=K.Plan(False, WARP, 8))
 
 
+def test_buffered_candidates_at_every_place_of_a_lane():
+    """Lists of two entries a lane (k 40, 50) take a chunk's candidates through the warp's
+    buffer: each lane marks its candidates as bits of i and writes them, lowest i first,
+    each u[i] picked by a tree of selects.  Chunks of 16 values a thread (the B 1024
+    layout) where lanes hold candidates at i = 0, at 15, at several places at once, and
+    values tied with θ on both sides of it in index order — against the reference."""
+    rng = np.random.default_rng(23)
+    vpt, width = 16, 4  # float32: four 16-byte vectors a thread
+    c = WARP * vpt
+    x = np.full((2, 4 * c), -6.0)
+    x[:, :c] = rng.standard_normal((2, c))  # the first chunk seeds the lists
+
+    def col(chunk, lane, i):  # topk_stream's index(): vectors of width, threads interleaved
+        return chunk * c + (lane + (i // width) * WARP) * width + i % width
+
+    places = {3: (0, 15), 7: (5, 6, 7), 12: range(16), 31: (15,), 0: (1, 2, 14)}
+    for chunk in (1, 2, 3):
+        for lane, ii in places.items():
+            for i in ii:
+                x[0, col(chunk, (lane + 5 * chunk) % WARP, i)] = 3.0 + rng.random()
+                x[1, col(chunk, (lane + 5 * chunk) % WARP, i)] = rng.integers(1, 4)  # ties
+    for k in (40, 50):
+        run(x, k, plan=K.Plan(False, WARP, vpt))
+
+
 @pytest.mark.parametrize("fused", [False, True], ids=["kernel_2", "last_piece"])
 def test_split_row_pieces_merged(fused):
     """Kernel 2 merging the lists' pieces, or (fused) the last piece of each row to finish."""

@@ -2,7 +2,7 @@
 package's source once, the variants it calls exact give the package's values and
 indices bit for bit, and the close ones its indices and values within float32 rounding
 (two and four warps a block: the package shares a floor only in the second, the variants
-add or remove it)."""
+add or remove it; lists of one and of two slots)."""
 
 import sys
 
@@ -19,12 +19,12 @@ def test_every_variant_builds_and_the_exact_and_close_ones_match_the_package(tmp
         four_warp_blocks(sys.modules[f"ns_{i}.kernels.launcher"])
     rng = np.random.default_rng(3)
     x = cuda.to_device(rng.standard_normal((2, 700)).astype(np.float32))
-    for threads in (64, 128):
+    for threads, k in ((64, 6), (128, 6), (64, 40)):  # (k 40: two slots, the buffered path)
         out = {}
         for name, mod in modules.items():
-            values = cuda.to_device(np.full((2, 6), np.nan, np.float32))
-            indices = cuda.to_device(np.full((2, 6), -7, np.int64))
-            mod.launch(x, 6, values, indices, plan=mod.Plan(False, threads, 4))
+            values = cuda.to_device(np.full((2, k), np.nan, np.float32))
+            indices = cuda.to_device(np.full((2, k), -7, np.int64))
+            mod.launch(x, k, values, indices, plan=mod.Plan(False, threads, 4))
             out[name] = values.copy_to_host(), indices.copy_to_host()
         for name, (kind, _) in ablate.VARIANTS.items():
             if kind != ablate.TIMED:

@@ -136,6 +136,23 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor, scaled=True):
         return base + (t + (i // width) * R) * width + i % width
 
     @jit.device
+    def pick(u, i):
+        """u[i] for an i known only at run time, as a tree of selects on i's bits: u
+        stays in registers (u[i] itself would move u to local memory)."""
+        v = cuda.local.array(vpt, acc)
+        for s in range(vpt):
+            v[s] = u[s]
+        n, bit = vpt, 0
+        while n > 1:  # (a loop of fixed trip count: unrolled, v in registers)
+            take = (i >> numba.uint32(bit)) & numba.uint32(1) != 0
+            for s in range(n // 2):
+                v[s] = v[2 * s + 1] if take else v[2 * s]
+            if n % 2:
+                v[n // 2] = v[n - 1]
+            n, bit = (n + 1) // 2, bit + 1
+        return v[0]
+
+    @jit.device
     def chains(w, largest):
         """The largest (or the sum) of w[0 : vpt] in four interleaved chains, joined
         pairwise: about a quarter of the dependent steps of one chain.  (One loop of a
@@ -267,25 +284,30 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor, scaled=True):
                             th_u, th_j = threshold(lv, li, k)  # θ rises: fewer candidates at i + 1
                             gate = max(floor, th_u)
                 else:  # candidates to the buffer, merged 32 at a time
-                    mine = numba.int32(0)  # this lane's candidates, and the lanes' before it
-                    for i in range(vpt):
-                        mine += numba.int32(1) if u[i] >= gate else numba.int32(0)
+                    bits = numba.uint32(0)  # this lane's candidates, bit i for u[i] (each
+                    for i in range(vpt):  # result cast back: uint32 ∘ uint32 is uint64 in Numba)
+                        if u[i] >= gate:
+                            bits = numba.uint32(bits | (1 << i))
+                    mine = numba.int32(cuda.popc(bits))
+                    # an inclusive scan of the lanes' counts (strides 1 … 16), kept in int32:
+                    # Numba's int32 + int32 is int64, two shuffles a step
                     before = mine
-                    for e in range(5):  # an inclusive scan across the lanes (strides 1 … 16)
+                    for e in range(5):
                         other = shfl(before, max(lane - (1 << e), 0))
                         if lane >= 1 << e:
-                            before += other
+                            before = numba.int32(before + other)
                     total = shfl(before, WARP - 1)
-                    before -= mine
+                    before = numba.int32(before - mine)
                     if count + total <= BUFFER:  # the common case: each lane writes its own
                         q = numba.uint32(bbase + count + before)  # (unsigned: no negative-index code)
-                        for i in range(vpt):
-                            if u[i] >= gate:
-                                j = index(base, t, R, i)
-                                bv[q] = u[i]
-                                bi[q] = j if j < stop else EMPTY
-                                q += numba.uint32(1)
-                        count += total
+                        while bits != 0:  # lowest i first; as many turns as the busiest lane has
+                            i = numba.uint32(cuda.ffs(bits) - 1)
+                            bits = numba.uint32(bits & (bits - numba.uint32(1)))
+                            j = index(base, t, R, i)
+                            bv[q] = pick(u, i)
+                            bi[q] = j if j < stop else EMPTY
+                            q += numba.uint32(1)
+                        count = numba.int32(count + total)
                     else:  # (while the lists fill) in order of i, merging whenever full
                         below = (numba.uint32(1) << numba.uint32(lane)) - numba.uint32(1)
                         for i in range(vpt):  # (a loop the compiler keeps: uc[i] in local memory)
@@ -298,7 +320,7 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor, scaled=True):
                                     q = bbase + count + cuda.popc(mask & below)
                                     bv[q] = uc[i]
                                     bi[q] = j if j < stop else EMPTY
-                                count += numba.int32(cuda.popc(mask))
+                                count = numba.int32(count + cuda.popc(mask))
                                 if count >= WARP:
                                     th_u, th_j = merge(lv, li, k, bv, bi, bbase, count, lane)
                                     count = numba.int32(0)

@@ -21,6 +21,11 @@ Variants — copies of ``numba_softmax`` in a temporary folder, each edited in a
               ℓ is summed against another reference; the lagging sums are dead code);
 ``scaled``    u = x·(1/T) at T = 1 too, as before the stream was specialised for T = 1
               (the one-kernel path; exact: x·1 = x);
+``hit 64``    several slots (k > 32), a chunk with candidates, as until tree 2a51a7c: each
+              lane counts them in int64 (Numba's int32 + int32), scans the counts with
+              two shuffles a step and tests all vpt values to write its own (exact);
+              the package marks them as bits and writes only those, a select tree
+              picking each u[i];
 ``no list``   after the first chunk no value is offered to the warps' lists: the
               (m, ℓ) stream alone, what the top-k work costs (wrong results);
 ``no exp``    ℓ summed without its exponentials: what they cost (wrong results).
@@ -54,6 +59,31 @@ sys.path.insert(0, HERE)
 STREAM, STATE, TOPK = "kernels/topk_stream.py", "kernels/topk_state.py", "kernels/topk.py"
 FOLD = "fold = stream(dtype, vpt, width, regs, perturb, not warp_rows and threads // WARP > 2, scaled)"
 
+with open(os.path.join(PACKAGE, STREAM)) as _f:  # the package's buffered common case
+    _src = _f.read()
+_first, _last = "                    bits = numba.uint32(0)", "count = numba.int32(count + total)\n"
+HIT_NOW = _src[_src.index(_first):_src.index(_last) + len(_last)] if _first in _src else _first
+HIT_BEFORE = (  # … as until tree 2a51a7c: a count, the scan in int64, 16 tests
+    "                    mine = numba.int32(0)  # this lane's candidates, and the lanes' before it\n"
+    '                    for i in range(vpt):\n'
+    '                        mine += numba.int32(1) if u[i] >= gate else numba.int32(0)\n'
+    '                    before = mine\n'
+    '                    for e in range(5):  # an inclusive scan across the lanes (strides 1 … 16)\n'
+    '                        other = shfl(before, max(lane - (1 << e), 0))\n'
+    '                        if lane >= 1 << e:\n'
+    '                            before += other\n'
+    '                    total = shfl(before, WARP - 1)\n'
+    '                    before -= mine\n'
+    '                    if count + total <= BUFFER:  # the common case: each lane writes its own\n'
+    '                        q = numba.uint32(bbase + count + before)  # (unsigned: no negative-index code)\n'
+    '                        for i in range(vpt):\n'
+    '                            if u[i] >= gate:\n'
+    '                                j = index(base, t, R, i)\n'
+    '                                bv[q] = u[i]\n'
+    '                                bi[q] = j if j < stop else EMPTY\n'
+    '                                q += numba.uint32(1)\n'
+    '                        count += total\n'
+)
 EXACT, CLOSE, TIMED = "exact", "close", "timed"  # what a variant's outputs must be
 VARIANTS = {  # name: (kind, [(file, old, new), ...])
     "as is": (EXACT, []),
@@ -84,6 +114,8 @@ VARIANTS = {  # name: (kind, [(file, old, new), ...])
     "no lag": (CLOSE, [(STREAM, "lagged = m > -math.inf and m < math.inf and m_chunk <= m + lag",
                         "lagged = False")]),
     "scaled": (EXACT, [(TOPK, "scaled = bool(inv_t != 1)", "scaled = True")]),
+    "hit 64": (EXACT, [(STREAM, HIT_NOW, HIT_BEFORE),
+                       (STREAM, "count = numba.int32(count + cuda.popc(mask))", "count += numba.int32(cuda.popc(mask))")]),
     "no list": (TIMED, [(STREAM, "            if ballot(hit) != 0:", "            if False:")]),
     "no exp": (TIMED, [(STREAM, "wl[i] = exp(u[i] - m)", "wl[i] = u[i] - m")]),
 }
