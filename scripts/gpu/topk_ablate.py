@@ -26,6 +26,8 @@ Variants — copies of ``numba_softmax`` in a temporary folder, each edited in a
               two shuffles a step and tests all vpt values to write its own (exact);
               the package marks them as bits and writes only those, a select tree
               picking each u[i];
+``merge 64``  several slots: a warp's buffer merged into its list once 64 candidates wait
+              after a chunk, not 32 — half the merges, θ rising later (exact);
 ``no list``   after the first chunk no value is offered to the warps' lists: the
               (m, ℓ) stream alone, what the top-k work costs (wrong results);
 ``no exp``    ℓ summed without its exponentials: what they cost (wrong results).
@@ -116,6 +118,8 @@ VARIANTS = {  # name: (kind, [(file, old, new), ...])
     "scaled": (EXACT, [(TOPK, "scaled = bool(inv_t != 1)", "scaled = True")]),
     "hit 64": (EXACT, [(STREAM, HIT_NOW, HIT_BEFORE),
                        (STREAM, "count = numba.int32(count + cuda.popc(mask))", "count += numba.int32(cuda.popc(mask))")]),
+    "merge 64": (EXACT, [(STREAM, "gate = max(floor, th_u)\n                    if count >= WARP:\n",
+                          "gate = max(floor, th_u)\n                    if count >= 2 * WARP:\n")]),
     "no list": (TIMED, [(STREAM, "            if ballot(hit) != 0:", "            if False:")]),
     "no exp": (TIMED, [(STREAM, "wl[i] = exp(u[i] - m)", "wl[i] = u[i] - m")]),
 }
