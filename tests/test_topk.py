@@ -157,12 +157,13 @@ def test_a_chunk_with_more_candidates_than_the_warps_buffer():
         run(x, k, plan=K.Plan(False, WARP, 8))
 
 
-def test_buffered_candidates_at_every_place_of_a_lane():
-    """Lists of two entries a lane (k 40, 50) take a chunk's candidates through the warp's
-    buffer: each lane marks its candidates as bits of i and writes them, lowest i first,
-    each u[i] picked by a tree of selects.  Chunks of 16 values a thread (the B 1024
-    layout) where lanes hold candidates at i = 0, at 15, at several places at once, and
-    values tied with θ on both sides of it in index order — against the reference."""
+def test_candidates_at_every_place_of_a_lane():
+    """Each lane marks a chunk's candidates as bits of i; a list of one entry a lane (k 5,
+    20) inserts them lane by lane, lowest i first, and lists of two (k 40, 50) write them
+    to the warp's buffer — each u[i] picked by a tree of selects.  Chunks of 16 values a
+    thread (the B 1024 layout) where lanes hold candidates at i = 0, at 15, at several
+    places at once, and values tied with θ on both sides of it in index order — against
+    the reference."""
     rng = np.random.default_rng(23)
     vpt, width = 16, 4  # float32: four 16-byte vectors a thread
     c = WARP * vpt
@@ -178,7 +179,7 @@ def test_buffered_candidates_at_every_place_of_a_lane():
             for i in ii:
                 x[0, col(chunk, (lane + 5 * chunk) % WARP, i)] = 3.0 + rng.random()
                 x[1, col(chunk, (lane + 5 * chunk) % WARP, i)] = rng.integers(1, 4)  # ties
-    for k in (40, 50):
+    for k in (5, 20, 40, 50):
         run(x, k, plan=K.Plan(False, WARP, vpt))
 
 

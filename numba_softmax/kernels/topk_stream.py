@@ -101,12 +101,14 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor, scaled=True):
     chunk with no finite value.  The first chunk seeds the list: each lane's best
     ``slots`` values, offered all at once
     (``seed``), so that θ starts at the k-th of the lanes' best instead of −inf, when
-    every value would be a candidate.  With one slot (k ≤ 32) the candidates are inserted
-    in turn (:func:`.topk_list.warp_list`'s ``insert``), θ rising after each; with more
-    they are appended to the warp's buffer (bv/bi[bbase : bbase + BUFFER], shared memory
-    — each lane at its place after a scan of the lanes' counts) and merged 32 at a time
-    (``flush``), after which θ and the gate rise.  (Measured, H200: inserting in turn is the faster at one slot, buffering
-    at two or more; ``docs/benchmarks/NOTES.md``, fourteenth session.)
+    every value would be a candidate.  A chunk's candidates are each lane's bits of i,
+    handed on lowest i first (``pick``: u[i] from registers).  With one slot (k ≤ 32)
+    they are inserted in turn, lane by lane (:func:`.topk_list.warp_list`'s ``insert``),
+    θ rising after each; with more they are appended to the warp's buffer (bv/bi[bbase :
+    bbase + BUFFER], shared memory — each lane at its place after a scan of the lanes'
+    counts) and merged 32 at a time (``flush``), after which θ and the gate rise.
+    (Measured, H200: inserting in turn is the faster at one slot, buffering at two or
+    more; ``docs/benchmarks/NOTES.md``, fourteenth session.)
 
     With ``shared_floor`` the warps of a block stream one range and share a floor in
     ``floor_sh[0]``: the largest θ any warp has published.  Each warp's θ is the k-th best
@@ -270,24 +272,23 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor, scaled=True):
                 for i in range(vpt):
                     hit = hit or u[i] >= gate
             if ballot(hit) != 0:
+                bits = numba.uint32(0)  # this lane's candidates, bit i for u[i] (each
+                for i in range(vpt):  # result cast back: uint32 ∘ uint32 is uint64 in Numba)
+                    if u[i] >= gate:
+                        bits = numba.uint32(bits | (1 << i))
                 if serial:  # one slot (k ≤ 32): each candidate inserted in turn
-                    for i in range(vpt):
+                    lanes = ballot(bits != 0)
+                    while lanes != 0:  # the lowest lane's lowest i (the same turns in every lane)
+                        src = cuda.ffs(lanes) - 1
+                        i = numba.uint32(max(cuda.ffs(bits), 1) - 1)  # (a lane with none: 0, never sent)
                         j = index(base, t, R, i)
-                        j = numba.int32(j if j < stop else EMPTY)
-                        mask = ballot(u[i] >= gate and precedes_device(u[i], j, th_u, th_j))
-                        if mask != 0:
-                            while mask != 0:  # the lanes whose i-th value passed, lowest first
-                                src = cuda.ffs(mask) - 1
-                                mask &= mask - 1
-                                cu, cj = shfl2(u[i], j, src)
-                                insert(lv, li, k, cu, cj, lane)
-                            th_u, th_j = threshold(lv, li, k)  # θ rises: fewer candidates at i + 1
-                            gate = max(floor, th_u)
+                        cu, cj = shfl2(pick(u, i), numba.int32(j if j < stop else EMPTY), src)
+                        insert(lv, li, k, cu, cj, lane)  # (no place once θ has passed it)
+                        if lane == src:
+                            bits = numba.uint32(bits & (bits - numba.uint32(1)))
+                        lanes = ballot(bits != 0)
+                    th_u, th_j = threshold(lv, li, k)
                 else:  # candidates to the buffer, merged 32 at a time
-                    bits = numba.uint32(0)  # this lane's candidates, bit i for u[i] (each
-                    for i in range(vpt):  # result cast back: uint32 ∘ uint32 is uint64 in Numba)
-                        if u[i] >= gate:
-                            bits = numba.uint32(bits | (1 << i))
                     mine = numba.int32(cuda.popc(bits))
                     # an inclusive scan of the lanes' counts (strides 1 … 16), kept in int32:
                     # Numba's int32 + int32 is int64, two shuffles a step

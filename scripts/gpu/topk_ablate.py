@@ -13,9 +13,6 @@ Variants — copies of ``numba_softmax`` in a temporary folder, each edited in a
 ``floor 2``   a floor in blocks of two warps too, as until tree 2c9b584 (exact; the
               package shares one only where a block has more than two warps);
 ``floor/4``   the floor exchanged every fourth chunk, not every chunk (exact);
-``vote once`` one slot (k ≤ 32), a chunk with candidates: the warp ORs its lanes' bits
-              of "u[i] reaches the gate" and votes only on those i, not on all of
-              them (exact: the gate only rises within a chunk);
 ``no lag``    ℓ against each chunk's own max, the online step every chunk — the stream
               of tree 6b39aa0, whose exponentials wait for the chunk's max (close:
               ℓ is summed against another reference; the lagging sums are dead code);
@@ -26,6 +23,10 @@ Variants — copies of ``numba_softmax`` in a temporary folder, each edited in a
               two shuffles a step and tests all vpt values to write its own (exact);
               the package marks them as bits and writes only those, a select tree
               picking each u[i];
+``serial 16`` one slot (k ≤ 32), a chunk with candidates, as until tree 1e30e31: a vote
+              on each of the vpt values in turn, θ read again after each that had
+              candidates (exact); the package takes the lanes' candidate bits, lane by
+              lane, lowest i first;
 ``merge 64``  several slots: a warp's buffer merged into its list once 64 candidates wait
               after a chunk, not 32 — half the merges, θ rising later (exact);
 ``no list``   after the first chunk no value is offered to the warps' lists: the
@@ -33,7 +34,8 @@ Variants — copies of ``numba_softmax`` in a temporary folder, each edited in a
 ``no exp``    ℓ summed without its exponentials: what they cost (wrong results).
 
 (*exp2 fma*, *lag* and *lag fma*, the twenty-ninth session's variants, are the package
-since: ``docs/benchmarks/NOTES.md``.)
+since; *vote once* was an edit of the one-slot path before *serial 16*:
+``docs/benchmarks/NOTES.md``.)
 
 The exact variants must give the package's values and indices bit for bit, the close
 ones the same indices and values within 1e-5 (float32) or 1e-2 (bfloat16) relative
@@ -61,10 +63,35 @@ sys.path.insert(0, HERE)
 STREAM, STATE, TOPK = "kernels/topk_stream.py", "kernels/topk_state.py", "kernels/topk.py"
 FOLD = "fold = stream(dtype, vpt, width, regs, perturb, not warp_rows and threads // WARP > 2, scaled)"
 
-with open(os.path.join(PACKAGE, STREAM)) as _f:  # the package's buffered common case
+with open(os.path.join(PACKAGE, STREAM)) as _f:
     _src = _f.read()
-_first, _last = "                    bits = numba.uint32(0)", "count = numba.int32(count + total)\n"
-HIT_NOW = _src[_src.index(_first):_src.index(_last) + len(_last)] if _first in _src else _first
+
+
+def _span(first, last):
+    """The package's stream from the line starting ``first`` through the first ``last``
+    after it (``first`` alone where it is gone: the variant's edit then stops the script)."""
+    if first not in _src:
+        return first
+    i = _src.index(first)
+    return _src[i:_src.index(last, i) + len(last)]
+
+
+HIT_NOW = _span("                    mine = numba.int32(cuda.popc(bits))", "count = numba.int32(count + total)\n")
+SERIAL_NOW = _span("                    lanes = ballot(bits != 0)", "th_u, th_j = threshold(lv, li, k)\n")
+SERIAL_BEFORE = (  # … as until tree 1e30e31: a vote for each i, θ re-read after each i with candidates
+    "                    for i in range(vpt):\n"
+    "                        j = index(base, t, R, i)\n"
+    "                        j = numba.int32(j if j < stop else EMPTY)\n"
+    "                        mask = ballot(u[i] >= gate and precedes_device(u[i], j, th_u, th_j))\n"
+    "                        if mask != 0:\n"
+    "                            while mask != 0:  # the lanes whose i-th value passed, lowest first\n"
+    "                                src = cuda.ffs(mask) - 1\n"
+    "                                mask &= mask - 1\n"
+    "                                cu, cj = shfl2(u[i], j, src)\n"
+    "                                insert(lv, li, k, cu, cj, lane)\n"
+    "                            th_u, th_j = threshold(lv, li, k)  # θ rises: fewer candidates at i + 1\n"
+    "                            gate = max(floor, th_u)\n"
+)
 HIT_BEFORE = (  # … as until tree 2a51a7c: a count, the scan in int64, 16 tests
     "                    mine = numba.int32(0)  # this lane's candidates, and the lanes' before it\n"
     '                    for i in range(vpt):\n'
@@ -97,27 +124,12 @@ VARIANTS = {  # name: (kind, [(file, old, new), ...])
          "            if shared_floor and chunks % numba.uint32(4) == numba.uint32(1):\n"),
         (STREAM, "        step = R * vpt\n",
          "        step = R * vpt\n        chunks = numba.uint32(0)\n")]),
-    "vote once": (EXACT, [(STREAM,
-        "                    for i in range(vpt):\n"
-        "                        j = index(base, t, R, i)\n"
-        "                        j = numba.int32(j if j < stop else EMPTY)\n"
-        "                        mask = ballot(u[i] >= gate and precedes_device(u[i], j, th_u, th_j))\n",
-        "                    some = numba.int32(0)  # the i any lane may insert, as bits\n"
-        "                    for i in range(vpt):\n"
-        "                        some = numba.int32(some | (1 << i if u[i] >= gate else 0))\n"
-        "                    for e in range(5):  # (int32: shfl_sync takes no unsigned)\n"
-        "                        some = numba.int32(some | shfl(some, lane ^ (1 << e)))\n"
-        "                    for i in range(vpt):\n"
-        "                        j = index(base, t, R, i)\n"
-        "                        j = numba.int32(j if j < stop else EMPTY)\n"
-        "                        mask = numba.uint32(0)\n"
-        "                        if some & (1 << i):\n"
-        "                            mask = ballot(u[i] >= gate and precedes_device(u[i], j, th_u, th_j))\n")]),
     "no lag": (CLOSE, [(STREAM, "lagged = m > -math.inf and m < math.inf and m_chunk <= m + lag",
                         "lagged = False")]),
     "scaled": (EXACT, [(TOPK, "scaled = bool(inv_t != 1)", "scaled = True")]),
     "hit 64": (EXACT, [(STREAM, HIT_NOW, HIT_BEFORE),
                        (STREAM, "count = numba.int32(count + cuda.popc(mask))", "count += numba.int32(cuda.popc(mask))")]),
+    "serial 16": (EXACT, [(STREAM, SERIAL_NOW, SERIAL_BEFORE)]),
     "merge 64": (EXACT, [(STREAM, "gate = max(floor, th_u)\n                    if count >= WARP:\n",
                           "gate = max(floor, th_u)\n                    if count >= 2 * WARP:\n")]),
     "no list": (TIMED, [(STREAM, "            if ballot(hit) != 0:", "            if False:")]),
