@@ -52,11 +52,13 @@ def stager(dtype, threads, rows, cols, width, stride, vec, per_warp=False):
     load, pack = jit.loader(dtype), for_dtype(dtype)[1]
     zero = numba.float32(0.0)
 
+    I32 = numba.int32  # (every result cast back: Numba's int32 ∘ int32 is int64)
+
     @jit.device
     def copy(smem, dst, src, key, c, hi):
         ok = key < hi and c < cols
         if vec:  # (an address inside the array even where nothing is read)
-            cp_async16(smem, dst, src, min(key, hi - 1), c if c < cols else 0, ok)
+            cp_async16(smem, dst, src, I32(min(key, I32(hi - 1))), I32(c if c < cols else 0), ok)
         else:
             for e in range(8):
                 x = zero
@@ -66,21 +68,24 @@ def stager(dtype, threads, rows, cols, width, stride, vec, per_warp=False):
 
     @jit.device
     def stage(smem, base, src, key0, hi):
-        tid = cuda.threadIdx.x & 31 if per_warp else cuda.threadIdx.x
+        # 32-bit counters, keys and offsets (keys and shared offsets are far below 2³¹):
+        # in int64 a copy cost 27 instructions, ~12 of them the high halves
+        tid = I32(cuda.threadIdx.x & 31 if per_warp else cuda.threadIdx.x)
+        k0, h = I32(key0), I32(hi)
         if whole_rows:
-            r, c = tid // chunks, 8 * (tid % chunks)
-            dst = base + r * stride + c
+            r, c = I32(tid // chunks), I32(8 * (tid % chunks))
+            dst = I32(base + r * stride + c)
             while r < rows and tid < step * chunks:
-                copy(smem, dst, src, key0 + r, c, hi)
-                r += step
-                dst += step * stride
+                copy(smem, dst, src, I32(k0 + r), c, h)
+                r = I32(r + step)
+                dst = I32(dst + step * stride)
         else:
             idx = tid
             while idx < total:
-                r = idx // chunks
-                c = 8 * (idx - r * chunks)
-                copy(smem, base + r * stride + c, src, key0 + r, c, hi)
-                idx += threads
+                r = I32(idx // chunks)
+                c = I32(8 * (idx - r * chunks))
+                copy(smem, I32(base + r * stride + c), src, I32(k0 + r), c, h)
+                idx = I32(idx + threads)
 
     return stage
 
