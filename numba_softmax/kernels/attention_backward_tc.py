@@ -107,6 +107,8 @@ def kernel(dtype, d, dv, warps, block_q, vec):
     stage_q = stager(dtype, THREADS, BR, d, DP, KS, vec)
     stage_o = stager(dtype, THREADS, BR, dv, DVP, VS, vec)
     inf = f32(math.inf)
+    I32 = numba.int32  # row, key and tile counters (every result cast back: Numba's
+    # int32 ∘ int32 is int64, whose divisions and compares cost twice or more)
     PAIRS = d % 2 == 0  # dQ rows 8-byte aligned: red.global.add.v2
 
     @jit.device
@@ -114,18 +116,19 @@ def kernel(dtype, d, dv, warps, block_q, vec):
         """Q_i, dO_i → buffer ``buf`` (asynchronous), and LSE_i·log2 e (+inf where the row
         saw no key, or is past Sq: P = 0 there) and D_i (plain stores: seen after the
         next barrier)."""
-        sq = q.shape[2]
+        sq = I32(q.shape[2])
         stage_q(smem, Q0 + buf * QSZ, q[b, h], i0, sq)
         stage_o(smem, O0 + buf * OSZ, do[b, h], i0, sq)
         cp_async_commit()
-        tid = cuda.threadIdx.x
+        tid = I32(cuda.threadIdx.x)
         if tid < BR:
             x, y = inf, f32(0.0)
-            if i0 + tid < sq:
-                lv = f32(lse[b, h, i0 + tid])
+            row = I32(i0 + tid)
+            if row < sq:
+                lv = f32(lse[b, h, row])
                 if lv != -inf:
                     x = lv * f32(LOG2E)
-                y = f32(delta[b, h, i0 + tid])
+                y = f32(delta[b, h, row])
             rows[buf, 0, tid] = x
             rows[buf, 1, tid] = y
 
@@ -133,22 +136,23 @@ def kernel(dtype, d, dv, warps, block_q, vec):
     def backward(do, q, k, v, lse, delta, dq_acc, dk, dv_out, scale, left, right):
         """grid (Tc, B·Hkv); q, do (B, Hq, Sq, ·), k, v, dk, dv (B, Hkv, Sk, ·), lse and
         delta (B, Hq, Sq), dq_acc (B, Hq, Sq, D) float32, zeroed."""
-        warp, lane = cuda.threadIdx.x >> 5, cuda.threadIdx.x & 31
-        g, t = lane >> 2, lane & 3  # this lane's place in every fragment (mma.py)
+        warp, lane = I32(cuda.threadIdx.x >> 5), I32(cuda.threadIdx.x & 31)
+        g, t = I32(lane >> 2), I32(lane & 3)  # this lane's place in every fragment (mma.py)
         n_kv = k.shape[1]
-        group = q.shape[1] // n_kv
+        group = I32(q.shape[1] // n_kv)
         b, hkv = cuda.blockIdx.y // n_kv, cuda.blockIdx.y % n_kv
-        sq, sk = q.shape[2], k.shape[2]
-        shift = sk - sq  # query i sees key j iff −left <= j − (i + shift) <= right
-        j0 = cuda.blockIdx.x * BC
-        kw = 16 * warp  # the warp's keys: j0 + kw … j0 + kw + 15
-        i_lo, i_hi = 0, sq  # the query rows that see some key of this tile
-        if right >= 0:
-            i_lo = max(0, j0 - shift - right)
-        if left >= 0:
-            i_hi = min(sq, min(j0 + BC, sk) + left - shift)
-        n_qt = (i_hi - i_lo + BR - 1) // BR if i_hi > i_lo else 0
-        n_it = group * n_qt  # (query head, query tile) pairs, one after the other
+        sq, sk = I32(q.shape[2]), I32(k.shape[2])
+        lft, rgt = I32(left), I32(right)  # (−1: no edge)
+        shift = I32(sk - sq)  # query i sees key j iff −left <= j − (i + shift) <= right
+        j0 = I32(cuda.blockIdx.x * BC)
+        kw = I32(16 * warp)  # the warp's keys: j0 + kw … j0 + kw + 15
+        i_lo, i_hi = I32(0), sq  # the query rows that see some key of this tile
+        if rgt >= 0:
+            i_lo = I32(max(0, j0 - shift - rgt))
+        if lft >= 0:
+            i_hi = I32(min(sq, min(j0 + BC, sk) + lft - shift))
+        n_qt = I32((i_hi - i_lo + BR - 1) // BR) if i_hi > i_lo else I32(0)
+        n_it = I32(group * n_qt)  # (query head, query tile) pairs, one after the other
         zero, sc = f32(0.0), f32(scale)
         c2 = sc * f32(LOG2E)  # exp(scale·s − LSE) = exp2(c2·s − LSE·log2 e)
         hidden = -inf if c2 > zero else inf  # c2·hidden = −inf
@@ -170,11 +174,11 @@ def kernel(dtype, d, dv, warps, block_q, vec):
         # keys: tiles (keys, d), (keys+8, d), (keys, d+8), (keys+8, d+8); B of rows stored
         # (n, k): (n, k), (n, k+8), (n+8, k), (n+8, k+8); B of rows stored (k, n), read
         # transposed: (k, n), (k+8, n), (k, n+8), (k+8, n+8)
-        a_row = kw + (lane & 7) + 8 * ((lane >> 3) & 1)
-        a_col = 8 * (lane >> 4)
-        nk_row, nk_col = (lane & 7) + 8 * (lane >> 4), 8 * ((lane >> 3) & 1)
-        kn_row, kn_col = (lane & 7) + 8 * ((lane >> 3) & 1), 8 * (lane >> 4)
-        rs, c_first = warp % R, warp // R  # this warp's dQ slice: rows, first 16-column chunk
+        a_row = I32(kw + (lane & 7) + 8 * ((lane >> 3) & 1))
+        a_col = I32(8 * (lane >> 4))
+        nk_row, nk_col = I32((lane & 7) + 8 * (lane >> 4)), I32(8 * ((lane >> 3) & 1))
+        kn_row, kn_col = I32((lane & 7) + 8 * ((lane >> 3) & 1)), I32(8 * (lane >> 4))
+        rs, c_first = I32(warp % R), I32(warp // R)  # this warp's dQ slice: rows, first 16-column chunk
 
         smem = cuda.shared.array(0, u16)  # K_j, V_j, Q_i ×2, dO_i ×2, dSᵀ (offsets above)
         rows = cuda.shared.array((2, 2, BR), f32)  # per buffer: LSE_i·log2 e, D_i
@@ -182,17 +186,21 @@ def kernel(dtype, d, dv, warps, block_q, vec):
             stage_k(smem, K0, k[b, hkv], j0, sk)
             stage_v(smem, V0, v[b, hkv], j0, sk)
             stage_rows(smem, rows, q, do, lse, delta, b, hkv * group, i_lo, 0)
-        for it in range(n_it):
-            buf = it & 1
-            h = hkv * group + it // n_qt
-            i0 = i_lo + (it % n_qt) * BR
-            qb, ob = Q0 + buf * QSZ, O0 + buf * OSZ
+        hq, qt = I32(0), I32(0)  # tile it: query head hkv·group + hq, its tile qt
+        it = I32(0)
+        while it < n_it:
+            buf = I32(it & 1)
+            h = hkv * group + hq
+            i0 = I32(i_lo + qt * BR)
+            qb, ob = I32(Q0 + buf * QSZ), I32(O0 + buf * OSZ)
+            qt, it = I32(qt + 1), I32(it + 1)  # the next pair: a head's tiles, then the next head
+            if qt == n_qt:
+                qt, hq = I32(0), I32(hq + 1)
             cp_async_wait_all()  # this thread's copies of tile i have landed
             cuda.syncthreads()  # everyone's have; and every warp is done with tile i−1
-            if it + 1 < n_it:  # so tile i+1 may go to the other buffer, landing meanwhile
-                nxt = it + 1
-                stage_rows(smem, rows, q, do, lse, delta, b, hkv * group + nxt // n_qt,
-                           i_lo + (nxt % n_qt) * BR, 1 - buf)
+            if it < n_it:  # so tile i+1 may go to the other buffer, landing meanwhile
+                stage_rows(smem, rows, q, do, lse, delta, b, hkv * group + hq,
+                           I32(i_lo + qt * BR), I32(1 - buf))
 
             # Sᵀ = K_w Q_iᵀ and dPᵀ = V_w dO_iᵀ: one A fragment a k-step, B two query tiles
             for n in range(NB):
@@ -216,14 +224,15 @@ def kernel(dtype, d, dv, warps, block_q, vec):
 
             # mask: only tiles that cross Sk or a window edge, element by element (a
             # masked score s makes c2·s = −inf, whatever the sign of the scale)
-            if not (j0 + BC <= sk and (right < 0 or j0 + BC - 1 - (i0 + shift) <= right)
-                    and (left < 0 or j0 - (i0 + BR - 1 + shift) >= -left)):
+            j_end, lag = I32(j0 + BC), I32(i0 + shift)
+            if not (j_end <= sk and (rgt < 0 or I32(j_end - 1 - lag) <= rgt)
+                    and (lft < 0 or I32(j0 - lag - (BR - 1)) >= I32(-lft))):
                 for rr in range(2):
-                    key = j0 + kw + g + 8 * rr
+                    key = I32(j0 + kw + g + 8 * rr)
                     for n in range(NB):
                         for e in range(2):
-                            dd = key - (i0 + 8 * n + 2 * t + e + shift)
-                            if key >= sk or (right >= 0 and dd > right) or (left >= 0 and dd < -left):
+                            dd = I32(key - lag - (8 * n + 2 * t + e))
+                            if key >= sk or (rgt >= 0 and dd > rgt) or (lft >= 0 and dd < I32(-lft)):
                                 s[n, 2 * rr + e] = hidden
             # Pᵀ = exp(scale·Sᵀ − LSE) and dSᵀ = Pᵀ ∘ (dPᵀ − D), LSE and D by column
             for rr in range(2):
@@ -277,7 +286,7 @@ def kernel(dtype, d, dv, warps, block_q, vec):
             for ci in range(CH):  # two adjacent columns a lane: one vector add (D even)
                 c = c_first + ci * SPLIT
                 for rr in range(2):
-                    row = i0 + 16 * rs + g + 8 * rr
+                    row = I32(i0 + 16 * rs + g + 8 * rr)
                     if c < KD and row < sq:
                         for hh in range(2):
                             col = 16 * c + 8 * hh + 2 * t
@@ -293,7 +302,7 @@ def kernel(dtype, d, dv, warps, block_q, vec):
                                     cuda.atomic.add(dq_acc, (b, h, row, col + 1), x1)
 
         for rr in range(2):  # dK_j = scale·Σ dSᵀQ and dV_j = Σ PᵀdO: written once
-            key = j0 + kw + g + 8 * rr
+            key = I32(j0 + kw + g + 8 * rr)
             if key < sk:
                 for n in range(ND):
                     for e in range(2):
