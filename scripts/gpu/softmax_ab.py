@@ -5,14 +5,15 @@
     git archive <commit> numba_softmax | tar -x -C scratch_ab/old   # an ignored folder
     python scripts/gpu/softmax_ab.py scratch_ab/old old; python scripts/gpu/softmax_ab.py . new
     python scripts/gpu/softmax_ab.py . new float32     # a third argument: only that dtype's cases
+    python scripts/gpu/softmax_ab.py . new online      # … or only that method's
 
-For each case (shape, dtype, method — fused, cluster, online, group, ``auto``): a
-device-to-device copy of the same bytes (torch ``copy_``), then the method through
-``kernels.methods.launch`` in softmax mode, checked against float32 ``torch.softmax``
-(max error printed) and timed: kernel time behind a sleeping kernel
-(``_timing.kernel_ms``), inputs rotated past the L2, GB/s = read once + written once, %
-of the copy.  Run the trees one after the other, alone on the GPU.  Prints one line a
-case; nothing is kept.  (Its first use: the chunk state's interleaved chains,
+For each case (shape, dtype, method — fused, cluster, online, group, split, three_pass,
+``auto``): a device-to-device copy of the same bytes (torch ``copy_``), then the method
+through ``kernels.methods.launch`` in softmax mode, checked against float32
+``torch.softmax`` (max error printed) and timed: kernel time behind a sleeping kernel
+(``_timing.kernel_ms``), inputs rotated past the L2, GB/s = read once + written once, % of
+the copy. Run the trees one after the other, alone on the GPU. Prints one line a case;
+nothing is kept. (Its first use: the chunk state's interleaved chains,
 ``docs/benchmarks/NOTES.md``, fifteenth session.)
 """
 
@@ -41,7 +42,10 @@ CASES = [((16384, 1024), "float32", "fused"), ((16384, 1024), "float16", "fused"
          ((4096, 8192), "float16", "fused"), ((4096, 8192), "bfloat16", "fused"),
          ((2048, 16384), "bfloat16", "auto"), ((256, 262144), "bfloat16", "cluster"),
          ((16384, 1024), "float32", "online"), ((1024, 65536), "float32", "group"),
-         ((2048, 16384), "float32", "fused"), ((2048, 16384), "float32", "onchip")]
+         ((2048, 16384), "float32", "fused"), ((2048, 16384), "float32", "onchip"),
+         ((256, 262144), "float32", "online"), ((128, 1048576), "float32", "online"),
+         ((1, 16777216), "float32", "split"), ((1024, 65536), "float16", "group"),
+         ((4096, 8192), "float32", "three_pass")]
 
 
 def main():
@@ -49,7 +53,7 @@ def main():
         sys.exit(f"numba_softmax came from {numba_softmax.__file__}, not from {root}")
     print(f"{label}: {numba_softmax.__file__} on {torch.cuda.get_device_name()}", flush=True)
     for (rows, n), dtype, method in CASES:
-        if only is not None and dtype != only:
+        if only is not None and only not in (dtype, method):
             continue
         r = RowSets(rows, n, getattr(torch, dtype))
         copy = r.copy_gbps()
