@@ -16,9 +16,6 @@ import numpy as np
 from . import kinds, layout
 
 
-MAX_ROW = 2**31 - 2**24  # a row's places are int32 in the kernels; chunks run past the end
-
-
 def normalize_axis(axis, ndim, name="axis"):
     """``axis`` as a non-negative int (a 0-d array takes axis 0 or −1)."""
     if isinstance(axis, bool):
@@ -52,9 +49,6 @@ class Rows:
         self.shape = d.shape or (1,)  # a 0-d array is one row of one value
         self.strides = d.strides or (1,)
         self.n = self.shape[self.axis]
-        if self.n >= MAX_ROW:
-            raise ValueError(f"{name}: rows of at most {MAX_ROW - 1} values along the axis (the "
-                             f"kernels index a row in 32 bits); got {self.n}")
         self.lead_shape = self.shape[: self.axis] + self.shape[self.axis + 1:]
         self.rows = math.prod(self.lead_shape)
 

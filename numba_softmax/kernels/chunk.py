@@ -28,16 +28,11 @@ import functools
 import math
 from typing import NamedTuple
 
-import numba
 from numba import cuda
 
 from . import jit, launcher, pairs, vector
 from .epilogue import base, element
 from .ptx import nan_max
-
-
-I32 = numba.int32  # places in a row: 32 bits (Rows refuses rows of 2**31 − 2**24 values or
-# more), every result cast back — Numba's int32 ∘ int32 is int64, twice the instructions
 
 
 class Ops(NamedTuple):
@@ -58,7 +53,7 @@ def ops(dtype, vpt, width):
     @jit.device
     def load(x, row, base, stop, t, team, v, pad):
         for i in range(vpt // width):  # every load of the chunk before any value is used
-            load_row(x, row, I32(base + (t + i * team) * width), stop, v, i * width, pad)
+            load_row(x, row, base + (t + i * team) * width, stop, v, i * width, pad)
 
     @jit.device
     def state(v):
@@ -80,7 +75,7 @@ def ops(dtype, vpt, width):
     @jit.device
     def store(y, row, base, stop, t, team, v):
         for i in range(vpt // width):
-            store_row(y, row, I32(base + (t + i * team) * width), stop, v, i * width)
+            store_row(y, row, base + (t + i * team) * width, stop, v, i * width)
 
     @jit.device
     def exps(v):
@@ -153,13 +148,11 @@ def held(dtype, vpt, width, team, pack=True):
 def team_row(x, team):
     """(row, t, n) of the calling thread: its team's row, its place in the team, and the
     row's length — 0 for a team past the last row, which then reads and writes nothing
-    but still meets its block at every barrier.  t and n are int32 (places in a row),
-    the row int64 (a batch may hold more than 2**31 values)."""
-    tm = I32(team)
-    per_block = I32(cuda.blockDim.x // tm)
-    row = cuda.blockIdx.x * per_block + cuda.threadIdx.x // tm
-    n = I32(x.shape[1]) if row < x.shape[0] else I32(0)
-    return row, I32(cuda.threadIdx.x % tm), n
+    but still meets its block at every barrier."""
+    per_block = cuda.blockDim.x // team
+    row = cuda.blockIdx.x * per_block + cuda.threadIdx.x // team
+    n = x.shape[1] if row < x.shape[0] else 0
+    return row, cuda.threadIdx.x % team, n
 
 
 class TeamPlan(NamedTuple):

@@ -28,7 +28,6 @@ from numba import cuda
 
 from ..combine import combine_device
 from . import chunk, jit, vector
-from .chunk import I32
 from .epilogue import LOGSUMEXP, row_constant
 from .reduce import team_combine
 
@@ -56,12 +55,12 @@ def stream_state(dtype, vpt, width):
     def fold(x, row, start, stop, t, team):
         v = cuda.local.array(vpt, acc)  # one chunk's values, in registers (unrolled)
         m, l = acc(-math.inf), acc(0.0)
-        tm, end, base = I32(team), I32(stop), I32(start)
-        while base < end:
-            io.load(x, row, base, end, t, tm, v, acc(-math.inf))
+        base = start
+        while base < stop:
+            io.load(x, row, base, stop, t, team, v, acc(-math.inf))
             m_chunk, l_chunk = io.state(v)
             m, l = combine_device(m, l, m_chunk, l_chunk)  # the online step, per chunk
-            base = I32(base + tm * vpt)
+            base += team * vpt
         return m, l
 
     return fold
@@ -78,14 +77,13 @@ def normalise_range(dtype, vpt, width, mode):
     @jit.device
     def write(x, y, row, start, stop, t, team, m, c):
         v = cuda.local.array(vpt, acc)
-        tm, lo, end = I32(team), I32(start), I32(stop)
-        size = I32(tm * vpt)
-        base = I32(lo + I32((end - lo - 1) // size) * size)  # the chunk read last, first
-        while base >= lo:
-            io.load(x, row, base, end, t, tm, v, m)
+        size = team * vpt
+        base = start + (stop - start - 1) // size * size  # the chunk read last, first
+        while base >= start:
+            io.load(x, row, base, stop, t, team, v, m)
             io.normalise(v, m, c, mode)
-            io.store(y, row, base, end, t, tm, v)
-            base = I32(base - size)
+            io.store(y, row, base, stop, t, team, v)
+            base -= size
 
     return write
 

@@ -42,7 +42,6 @@ from . import jit, vector
 from .ptx import opaque_u32
 
 U32 = numba.uint32
-I32 = numba.int32  # places in a row (every result cast back: int32 ∘ int32 is int64)
 WIDTH = 8  # 16-bit values in a 16-byte vector
 
 
@@ -90,13 +89,13 @@ def holder(dtype, vpt, width, row_threads, pack=True, pad=0.0):
     @jit.device
     def load(a, row, base, stop, t, h):
         for i in range(vpt // WIDTH):  # all vector loads issued before any value is used
-            j, end = I32(base + t * WIDTH + i * step), I32(stop)
-            if I32(j + WIDTH) <= end:
+            j = base + t * WIDTH + i * step
+            if j + WIDTH <= stop:
                 load_words(a, row, j, h, i * 4)
             else:  # the row's ragged end: value by value, the pad past it
                 for k in range(4):
-                    lo = U32(a[row, j + 2 * k]) if I32(j + 2 * k) < end else fill
-                    hi = U32(a[row, j + 2 * k + 1]) if I32(j + 2 * k + 1) < end else fill
+                    lo = U32(a[row, j + 2 * k]) if j + 2 * k < stop else fill
+                    hi = U32(a[row, j + 2 * k + 1]) if j + 2 * k + 1 < stop else fill
                     h[i * 4 + k] = lo | hi << U32(16)
 
     @jit.device
@@ -115,15 +114,15 @@ def holder(dtype, vpt, width, row_threads, pack=True, pad=0.0):
     @jit.device
     def store(h, a, row, base, stop, t):
         for i in range(vpt // WIDTH):
-            j, end = I32(base + t * WIDTH + i * step), I32(stop)
-            if I32(j + WIDTH) <= end:
+            j = base + t * WIDTH + i * step
+            if j + WIDTH <= stop:
                 store_words(a, row, j, h, i * 4)
             else:
                 for k in range(4):
                     w = h[i * 4 + k]
-                    if I32(j + 2 * k) < end:
+                    if j + 2 * k < stop:
                         a[row, j + 2 * k] = numba.uint16(w & U32(0xFFFF))
-                    if I32(j + 2 * k + 1) < end:
+                    if j + 2 * k + 1 < stop:
                         a[row, j + 2 * k + 1] = numba.uint16(w >> U32(16))
 
     @jit.device
@@ -144,8 +143,7 @@ def _singles(dtype, vpt, width, row_threads, pad):
     @jit.device
     def load(a, row, base, stop, t, h):
         for i in range(vpt // width):  # all vector loads issued before any value is used
-            load_row(a, row, I32(base + (t + i * row_threads) * width), stop, h, i * width,
-                     raw_t(fill))
+            load_row(a, row, base + (t + i * row_threads) * width, stop, h, i * width, raw_t(fill))
 
     @jit.device
     def get(h, i):
@@ -158,7 +156,7 @@ def _singles(dtype, vpt, width, row_threads, pad):
     @jit.device
     def store(h, a, row, base, stop, t):
         for i in range(vpt // width):
-            store_row(a, row, I32(base + (t + i * row_threads) * width), stop, h, i * width)
+            store_row(a, row, base + (t + i * row_threads) * width, stop, h, i * width)
 
     @jit.device
     def renew(h):

@@ -49,7 +49,6 @@ from numba import cuda
 
 from .. import _sim
 from . import dsmem, jit, pairs
-from .chunk import I32
 from .epilogue import SOFTMAX
 from .jit import accumulator
 from .reduce import block_combine, warp_combine
@@ -172,34 +171,31 @@ def passes(dtype, mode, threads, width):
 
     @jit.device
     def partial(dy, y, row, start, stop):
-        t = I32(cuda.threadIdx.x)  # places in the row in 32 bits (chunk.I32 says why)
+        t = cuda.threadIdx.x
         yv = cuda.local.array(vpt, acc)
         gv = cuda.local.array(vpt, acc)
         c = acc(0.0)
-        base, end = I32(start), I32(stop)
-        while base < end:
-            load(dy, row, base, end, t, gv)
+        for base in range(start, stop, chunk):
+            load(dy, row, base, stop, t, gv)
             if mode == SOFTMAX:  # log_softmax sums dy alone: y is not read in pass 1
-                load(y, row, base, end, t, yv)
+                load(y, row, base, stop, t, yv)
             for i in range(vpt):
                 c += term(yv[i], gv[i], mode)
-            base = I32(base + chunk)
         return c
 
     @jit.device
     def write(dy, y, dx, row, start, stop, c):
-        t = I32(cuda.threadIdx.x)
+        t = cuda.threadIdx.x
         yv = cuda.local.array(vpt, acc)
         gv = cuda.local.array(vpt, acc)
-        lo, end = I32(start), I32(stop)
-        base = I32(lo + I32((end - lo - 1) // chunk) * chunk)
-        while base >= lo:  # last chunk first: the chunks pass 1 read last are likeliest in L2
-            load(y, row, base, end, t, yv)
-            load(dy, row, base, end, t, gv)
+        last = (stop - start - 1) // chunk
+        for q in range(last, -1, -1):  # the chunks pass 1 read last are the likeliest in L2
+            base = start + q * chunk
+            load(y, row, base, stop, t, yv)
+            load(dy, row, base, stop, t, gv)
             for i in range(vpt):
                 yv[i] = grad(yv[i], gv[i], c, mode)
-            store(yv, dx, row, base, end, t)
-            base = I32(base - chunk)
+            store(yv, dx, row, base, stop, t)
 
     return partial, write
 

@@ -23,7 +23,6 @@ from numba import cuda
 
 from ..combine import larger_device, weight_device
 from . import chunk, jit, vector
-from .chunk import I32
 from .epilogue import LOGSUMEXP, row_constant
 from .reduce import team_combine
 
@@ -44,28 +43,27 @@ def kernel(dtype, vpt, mode, width):
     @jit.kernel
     def three_pass(x, y, team):
         row, t, n = chunk.team_row(x, team)
-        tm = I32(team)
-        size = I32(tm * vpt)
+        size = team * vpt
         m_slots = cuda.shared.array(64, acc)
         l_slots = cuda.shared.array(64, acc)
         v = cuda.local.array(vpt, acc)  # one chunk's values, in registers (unrolled)
 
         m = acc(-math.inf)  # pass 1: the max
-        base = I32(0)
+        base = 0
         while base < n:
-            io.load(x, row, base, n, t, tm, v, acc(-math.inf))
+            io.load(x, row, base, n, t, team, v, acc(-math.inf))
             for i in range(vpt):
                 m = larger_device(m, v[i])  # a NaN is kept, as the combiner keeps it
-            base = I32(base + size)
+            base += size
         m, _ = team_combine(m, acc(0.0), m_slots, l_slots, team)
 
         l = acc(0.0)  # pass 2: the sum, every thread against the same m
-        base = I32(0)
+        base = 0
         while base < n:
-            io.load(x, row, base, n, t, tm, v, acc(-math.inf))
+            io.load(x, row, base, n, t, team, v, acc(-math.inf))
             for i in range(vpt):
                 l += weight_device(v[i], m)
-            base = I32(base + size)
+            base += size
         m, l = team_combine(m, l, m_slots, l_slots, team)
 
         c = row_constant(m, l, acc(1.0), mode)
@@ -73,12 +71,12 @@ def kernel(dtype, vpt, mode, width):
             if t == 0 and row < x.shape[0]:
                 y[row, 0] = store(c)
             return
-        base = I32(0)
+        base = 0
         while base < n:  # pass 3: normalise
-            io.load(x, row, base, n, t, tm, v, m)
+            io.load(x, row, base, n, t, team, v, m)
             io.normalise(v, m, c, mode)
-            io.store(y, row, base, n, t, tm, v)
-            base = I32(base + size)
+            io.store(y, row, base, n, t, team, v)
+            base += size
 
     return three_pass
 

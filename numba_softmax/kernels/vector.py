@@ -258,27 +258,24 @@ def _whole_words(dtype):
 
 def _ragged(whole_load, whole_store, to_acc, to_storage, width):
     """``load_row``/``store_row``: a whole vector where it lies inside the row, else value
-    by value (converted by ``to_acc`` / ``to_storage``), ``pad`` past ``stop``.  Places in
-    the row compared in 32 bits (rows are shorter than 2**31 − 2**24 values: ``Rows``)."""
+    by value (converted by ``to_acc`` / ``to_storage``), ``pad`` past ``stop``."""
     from . import jit
-
-    I32 = numba.int32
 
     @jit.device
     def load_row(x, row, j, stop, v, offset, pad):
-        if I32(j + width) <= I32(stop):
+        if j + width <= stop:
             whole_load(x, row, j, v, offset)
         else:
             for k in range(width):
-                v[offset + k] = to_acc(x[row, j + k]) if I32(j + k) < I32(stop) else pad
+                v[offset + k] = to_acc(x[row, j + k]) if j + k < stop else pad
 
     @jit.device
     def store_row(y, row, j, stop, v, offset):
-        if I32(j + width) <= I32(stop):
+        if j + width <= stop:
             whole_store(y, row, j, v, offset)
         else:
             for k in range(width):
-                if I32(j + k) < I32(stop):
+                if j + k < stop:
                     y[row, j + k] = to_storage(v[offset + k])
 
     return load_row, store_row
