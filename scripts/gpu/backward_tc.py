@@ -1,6 +1,6 @@
 """GPU check of the tensor-core attention backward (issue 15): correctness, then timing.
 
-    python scripts/gpu/backward_tc.py [--sweep]     # a CUDA machine with PyTorch
+    python scripts/gpu/backward_tc.py [--sweep] [--time]   # a CUDA machine with PyTorch
 
 Correctness (every failure printed; exit status 1 if any): the flash-attn rule per
 gradient, |ours − fp32 reference| <= 2·|SDPA same precision − reference| + 1e-5, in fp16
@@ -9,7 +9,8 @@ through ``numba_softmax.torch`` (autograd) and in bf16 and GQA at kernel level
 Timing (``backward.median_ms``: CUDA events behind a GPU sleep, median of 20; the
 preprocess, main and convert kernels all counted): TFLOP/s = 10·Sq·Sk·D·B·H / time
 (half with causal) against SDPA's backward, (B, H) = (4, 8), S = 4096; ``--sweep``: the
-tile configurations (warps, block_q) at fp16, non-causal.  Writes nothing but stdout.
+tile configurations (warps, block_q) at fp16, non-causal; ``--time``: the timing alone (an
+A/B of trees run one after the other).  Writes nothing but stdout.
 """
 
 import math
@@ -111,7 +112,8 @@ def main():
     sweep = "--sweep" in sys.argv
     print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}")
     t0 = time.time()
-    bw.guarded("flash-attn rules", rules)
+    if "--time" not in sys.argv:
+        bw.guarded("flash-attn rules", rules)
     print(f"  ({time.time() - t0:.0f} s)")
     print("\nattention backward, tensor cores; TFLOP/s = 10·Sq·Sk·D·B·H / time (half causal)")
     print(HEADER)
