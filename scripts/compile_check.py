@@ -14,6 +14,7 @@ entries: 4 minutes on 2 cores):
     python scripts/compile_check.py --only topk --only decode   # names containing either
     python scripts/compile_check.py --list                 # the table, nothing compiled
     python scripts/compile_check.py --strided-16           # + 16-bit kernels at width 1
+    python scripts/compile_check.py --cc 8.0               # for an A100 (no clusters)
     mkdir -p /tmp/main && git archive main numba_softmax | tar -x -C /tmp/main
     python scripts/compile_check.py --compare /tmp/main    # both trees, side by side
     python scripts/compile_check.py --root /tmp/main       # the other tree alone
@@ -73,7 +74,9 @@ from numba.cuda.types import (Array, UniTuple, boolean, float16, float32, float6
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-CC = (9, 0)
+# the target: sm_90 (H100, H200) unless NUMBA_SOFTMAX_CHECK_CC (or --cc) names another,
+# e.g. 8.0 (A100) or 8.9 (Ada): entries that need a newer one (clusters) are left out
+CC = tuple(int(x) for x in os.environ.get("NUMBA_SOFTMAX_CHECK_CC", "9.0").split("."))
 REGISTERS_PER_BLOCK = 64 * 1024
 
 
@@ -94,6 +97,7 @@ class Entry(NamedTuple):
     sig: tuple  # the Numba types of the launch's arguments
     pick: object = 0  # which kernel of a tuple or dict the factory returns
     block: int = 0  # threads a block at launch (0: not fixed by the entry)
+    min_cc: tuple = (8, 0)  # the oldest target it compiles for (clusters: sm_90)
 
     @property
     def key(self):
@@ -222,14 +226,14 @@ def _softmax():
             ("f32", (32, LOG_SOFTMAX, 4, 1024, 8, True), "256x262144 8x1024 registers log_softmax"),
             ("f32", (8, LOGSUMEXP, 4, 256, 8), "1024x65536 8x256 logsumexp")):
         out.append(Entry("cluster", f"{d} {cfg}", K, (NP[d],) + a, rows(d) + (int64, int64),
-                         block=a[3]))
+                         block=a[3], min_cc=(9, 0)))
     # 16-bit pieces in shared memory are parked in pairs: the arrays as their uint16 bits
     for d, a, cfg in (("f16", (16, SOFTMAX, 8, 256, 4), "1024x65536 4x256 shared pairs"),
                       ("bf16", (16, SOFTMAX, 8, 256, 4), "1024x65536 4x256 shared pairs"),
                       ("f16", (16, SOFTMAX, 8, 256, 8), "256x262144 8x256 shared pairs"),
                       ("bf16", (16, LOG_SOFTMAX, 8, 512, 8), "256x262144 8x512 shared pairs log_softmax")):
         out.append(Entry("cluster", f"{d} {cfg}", K, (NP[d],) + a + (False, True),
-                         (C(uint16, 2), C(uint16, 2), int64, int64), block=a[3]))
+                         (C(uint16, 2), C(uint16, 2), int64, int64), block=a[3], min_cc=(9, 0)))
     return out
 
 
@@ -428,7 +432,7 @@ def _backward():
             ("bf16", (512, 32, 512, 8, 16, True), "bf16", "256x262144 cluster 16x512 vpt32"),
             ("f64", (512, 16, 512, 2, 8, True), "f64", "1024x65536 cluster 8x512 vpt16")):
         out.append(Entry("softmax_backward", f"{d} {cfg}", ONE, (NP[d], SOFTMAX) + a, three(ST[arrays]),
-                         block=a[0]))
+                         block=a[0], min_cc=(9, 0) if a[4] > 1 else (8, 0)))
     out.append(Entry("softmax_backward", "f32 4096x8192 block 512 vpt16 log_softmax", ONE,
                      (NP["f32"], LOG_SOFTMAX, 512, 16, 512, 4, 1, True), three(float32), block=512))
     out.append(Entry("softmax_backward", "f32 warp rows strided W1 (A)", ONE,
@@ -456,11 +460,14 @@ def _backward():
                          + (" scale 0" if d == "f16" else ""), AB, (NP[d], hd, hd) + tiles, bwd(d, lse),
                          block=32 * tiles[2]))
     ABT = "kernels.attention_backward_tc:kernel"  # tensor cores: Tiles W 8, Br 64
+    pairs = CC >= (9, 0)  # dQ's vector atomic adds: sm_90
     for d, hd in (("f16", 128), ("bf16", 128), ("f16", 64)):
         out.append(Entry("attention_backward_tc", f"{d} D{hd} 8 warps Br64", ABT,
-                         (NP[d], hd, hd, 8, 64, True), bwd(d), block=256))
+                         (NP[d], hd, hd, 8, 64, True, pairs), bwd(d), block=256))
     out.append(Entry("attention_backward_tc", "f16 D128 unaligned (no cp.async)", ABT,
-                     (NP["f16"], 128, 128, 8, 64, False), bwd("f16"), block=256))
+                     (NP["f16"], 128, 128, 8, 64, False, pairs), bwd("f16"), block=256))
+    out.append(Entry("attention_backward_tc", "f16 D128 4 warps Br32 (99 KB devices)", ABT,
+                     (NP["f16"], 128, 128, 4, 32, True, pairs), bwd("f16"), block=128))
     IO = "kernels.attention_backward_io"
     for d in ("f32", "f16", "bf16", "f64"):  # preprocess(do, o, delta, dq_acc)
         out.append(Entry("attention_backward.preprocess", d, f"{IO}:preprocess", (NP[d],),
@@ -887,6 +894,9 @@ def main(argv=None):
     p.add_argument("--strided-16", action="store_true", help="also every 16-bit entry whose "
                    "factory takes a width, at width 1 with strided arrays (a strided view's kernels)")
     p.add_argument("--list", action="store_true", help="print the table; compile nothing")
+    p.add_argument("--cc", metavar="MAJOR.MINOR", help="compile for this target instead of "
+                   f"sm_{CC[0]}{CC[1]} (8.0: A100, 8.6/8.9: RTX 30xx/40xx; the entries that need "
+                   "sm_90 are left out)")
     p.add_argument("--ptx-dir", help="keep each entry's PTX and ptxas report here")
     p.add_argument("--as-linked", action="store_true", help="hand ptxas the PTX as NVVM "
                    "wrote it (shared arrays in link order: registers may vary between runs)")
@@ -894,11 +904,19 @@ def main(argv=None):
                    help="print each entry's factory call and signature (ptxinfo's form)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.cc and tuple(int(x) for x in args.cc.split(".")) != CC:  # the table depends on it
+        os.environ["NUMBA_SOFTMAX_CHECK_CC"] = args.cc
+        os.execv(sys.executable, [sys.executable, os.path.abspath(__file__)]
+                 + list(sys.argv[1:] if argv is None else argv))
     if args.worker:
         return worker(args.root, args.ptx_dir, args.as_linked)
 
     table = TABLE + (STRIDED_16 if args.strided_16 else [])
     entries = [e for e in table if not args.only or any(s in e.key for s in args.only)]
+    newer = [e for e in entries if e.min_cc > CC]
+    entries = [e for e in entries if e.min_cc <= CC]
+    if newer:
+        print(f"{len(newer)} entries need a newer target than sm_{CC[0]}{CC[1]}: left out")
     if not entries:
         sys.exit(f"no entry matches {args.only}")
     if args.list:

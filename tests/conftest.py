@@ -76,14 +76,43 @@ def _shuffle_blocks():
     kernel.np = _Numpy()
 
 
+# On a GPU, NUMBA_SOFTMAX_TEST_AS=a100 or =ada runs the tests with the launch limits of an
+# older GPU (its shared memory a block, its compute capability; the multiprocessors as
+# few): the kernels then take the tiles and instructions they would take there — a
+# Hopper standing in for GPUs the project has no access to (docs/caveats.md).
+EMULATED = {  # (name, multiprocessors, shared memory a block (opt-in), a multiprocessor, L2, cc)
+    "a100": ("A100 limits (emulated)", 108, 163 * 1024, 164 * 1024, 40 << 20, (8, 0)),
+    "ada": ("RTX 4090 limits (emulated)", 128, 99 * 1024, 100 * 1024, 72 << 20, (8, 9)),
+}
+TEST_AS = os.environ.get("NUMBA_SOFTMAX_TEST_AS", "")
+
+
+def _emulate(which):
+    from numba_softmax.kernels import launcher
+
+    name, sms, optin, per_sm, l2, cc = EMULATED[which]
+    real = launcher.device_limits()
+    if sms > real.sms or optin > real.shared_optin:
+        raise pytest.UsageError(f"NUMBA_SOFTMAX_TEST_AS={which}: this GPU ({real.name}) is smaller")
+    fake = real._replace(name=name, sms=sms, shared_optin=optin, shared_per_sm=per_sm,
+                         l2_bytes=l2, cc=cc)
+    launcher.device_limits = lambda: fake
+
+
 def pytest_configure(config):
     if SIMULATOR:
         _shuffle_blocks()
+    if TEST_AS:
+        if SIMULATOR or TEST_AS not in EMULATED:
+            raise pytest.UsageError(f"NUMBA_SOFTMAX_TEST_AS={TEST_AS!r}: one of {sorted(EMULATED)}, "
+                                    f"on a GPU")
+        _emulate(TEST_AS)
 
 
 def pytest_report_header(config):
     order = BLOCK_ORDER if BLOCK_ORDER in ("in order", "reverse") else f"shuffled, seed {BLOCK_ORDER}"
-    return f"numba_softmax tests on {f'the CUDA simulator (blocks {order})' if SIMULATOR else 'the GPU'}"
+    where = f"the CUDA simulator (blocks {order})" if SIMULATOR else "the GPU"
+    return f"numba_softmax tests on {where}" + (f", as {EMULATED[TEST_AS][0]}" if TEST_AS else "")
 
 
 @pytest.fixture

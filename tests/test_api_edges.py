@@ -93,3 +93,29 @@ def test_attention_backward_takes_numpy_booleans():
         np.testing.assert_array_equal(a, b)
     with pytest.raises(TypeError, match="causal must be True or False"):
         ns.attention_backward(do, q, k, v, o, lse, causal=1)
+
+
+def test_a_gpu_older_than_sm80_is_refused_clearly(monkeypatch):
+    """Before the first compile on a GPU older than sm_80 (a T4, a V100): a RuntimeError
+    that names the GPU and the requirement — not ptxas's error about one instruction deep
+    in a kernel.  sm_80 … sm_89 pass (their limits: ``NUMBA_SOFTMAX_TEST_AS``)."""
+    from numba_softmax.kernels import launcher
+
+    t4 = launcher.SIMULATOR_LIMITS._replace(name="Tesla T4", cc=(7, 5))
+    with pytest.raises(RuntimeError, match=r"compute capability 8\.0 or newer.*Tesla T4 is 7\.5"):
+        launcher.require_supported(t4)
+    for cc in ((8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0)):
+        launcher.require_supported(t4._replace(cc=cc))
+
+    class Uncompiled:  # a kernel with no compiled overload yet
+        overloads = {}
+
+        def typeof_pyval(self, a):
+            return a
+
+        def compile(self, sig):
+            raise AssertionError("compiled on a GPU it cannot run on")
+
+    monkeypatch.setattr(launcher, "device_limits", lambda: t4)
+    with pytest.raises(RuntimeError, match="Tesla T4"):
+        launcher.compiled(Uncompiled(), (1,))

@@ -19,6 +19,7 @@ from numba_softmax import reference as R
 from numba_softmax.arrays.kinds import kind_of as _kind
 from numba_softmax.attention import attention, merge_attention
 from numba_softmax.kernels import attention as KA
+from numba_softmax.kernels import flash_tiles
 from numba_softmax.kernels import decode_launch as KD
 from numba_softmax.kernels.flash_tiles import layout
 
@@ -211,7 +212,8 @@ def test_tile_layouts():
         lay = layout(d, d, block_q, block_k)
         assert lay.d4 >= d and lay.d4 % 4 == 0 and (lay.dp // 4) % 2 == 1  # conflict-free K reads
         assert lay.cp % 32 == 8 and lay.dvp >= d and lay.floats * 4 == KA.shared_bytes(d, d, block_q, block_k)
-    assert KA.fit_tiles(64, 64) == (128, 64) and KA.fit_tiles(128, 128) == (64, 32)
+    if flash_tiles.shared_limit() >= 163 * 1024:  # Hopper, the A100 (the simulator: as Hopper)
+        assert KA.fit_tiles(64, 64) == (128, 64) and KA.fit_tiles(128, 128) == (64, 32)
     assert KA.fit_tiles(16, 16, small=True) == (8, 16)
     with pytest.raises(ValueError, match="block_k"):
         KA.check_tiles(16, 16, 16, 12)

@@ -19,6 +19,7 @@ from numba import cuda
 from numba_softmax import reference as R
 from numba_softmax.backward import attention_backward
 from numba_softmax.kernels import attention_backward_tc as TC
+from numba_softmax.kernels import launcher
 
 from _helpers import SIMULATOR, sized
 from test_backward import BF16, F16, att_case, from_bf16, fresh, poisoned, to_bf16
@@ -107,6 +108,9 @@ CASES = sized(
 def test_matches_the_reference(storage, case):
     rng, seed = fresh()
     b, hq, hkv, sq, sk, d, dv, causal, window, tiles = CASES[case]
+    if tiles and not SIMULATOR and TC.Tiles.bytes(d, dv, tiles["warps"], tiles["block_q"]) \
+            > launcher.device_limits().shared_optin:
+        pytest.skip(f"tiles {tiles} need more shared memory than this device has")
     inputs, want = att_case(rng, b, hq, hkv, sq, sk, d, dv, storage, causal, window, scale=0.3)
     got = run(inputs, causal, window, scale=0.3, **tiles)
     lowp = lowp_backward(inputs, storage, causal, window, 0.3)
@@ -194,9 +198,44 @@ def test_empty_half_precision_problems_give_zero_gradients():
 
 def test_tiles_are_checked():
     t = TC.Tiles(128, 128)
-    assert (t.warps, t.block_q, t.block_k) == (8, 64, 128)
-    assert t.shared <= 227 * 1024
+    if SIMULATOR:
+        assert (t.warps, t.block_q) == (8, 64)
+    else:  # the first default this device's shared memory holds
+        room = launcher.device_limits().shared_optin
+        assert (t.warps, t.block_q) == TC.Tiles.fitting(128, 128, room)
+        assert t.shared + 16 * t.block_q <= room
+    assert t.block_k == 16 * t.warps
     with pytest.raises(ValueError, match="block_q"):
         TC.Tiles(64, 64, warps=2, block_q=48)
     with pytest.raises(ValueError, match="block_q"):
         TC.Tiles(64, 64, warps=4, block_q=24)
+
+
+def test_default_tiles_fit_the_device():
+    """The default tiles are the first of ``Tiles.DEFAULTS`` whose block fits the device's
+    shared memory: Hopper (227 KB a block) and the A100 (163 KB) keep 8 warps × 64 query
+    rows at D 128 (155 KB), sm_86/sm_89 (99 KB) get 4 × 32 there and 8 × 64 at D 64."""
+    hopper, a100, ada = 227 * 1024, 163 * 1024, 99 * 1024
+    assert TC.Tiles.fitting(128, 128, hopper) == (8, 64)
+    assert TC.Tiles.fitting(128, 128, a100) == (8, 64)
+    assert TC.Tiles.fitting(128, 128, ada) == (4, 32)
+    assert TC.Tiles.fitting(64, 64, ada) == (8, 64)
+    for d in (8, 64, 96, 128):
+        for room in (hopper, a100, ada, 48 * 1024):
+            w, br = TC.Tiles.fitting(d, d, room)
+            assert TC.Tiles.bytes(d, d, w, br) <= room, (d, room, w, br)
+    t = TC.Tiles(96, 64, warps=4, block_q=32)
+    assert TC.Tiles.bytes(96, 64, 4, 32) == t.shared + 16 * 32  # + LSE_i, D_i (static)
+
+
+def test_one_atomic_add_a_value_before_sm90(monkeypatch):
+    """``red.global.add.v2.f32`` is sm_90's: on sm_80 … sm_89 dQ is added one value at a
+    time, with the same gradients (even head sizes; odd ones always go that way)."""
+    limits = launcher.device_limits()
+    monkeypatch.setattr(launcher, "device_limits", lambda: limits._replace(cc=(8, 0)))
+    rng, seed = fresh()
+    b, hq, hkv, sq, sk, d, dv, causal, window, tiles = CASES[1]  # GQA, causal, Sq > Sk
+    assert d % 2 == 0
+    inputs, want = att_case(rng, b, hq, hkv, sq, sk, d, dv, F16, causal, window, scale=0.3)
+    got = run(inputs, causal, window, scale=0.3, **tiles)
+    check_rule(got, want, lowp_backward(inputs, F16, causal, window, 0.3), f"seed {seed}")

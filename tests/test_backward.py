@@ -495,8 +495,16 @@ def test_lse_of_minus_inf_gives_zero_gradients():
     check_attention(got, want, F32, "")
 
 
-def test_tiles_are_checked():
-    assert KA.fit_tiles(64, 64) == (64, 64, 4) and KA.fit_tiles(128, 96) == (64, 32, 4)
+def test_tiles_are_checked(monkeypatch):
+    if KA.shared_limit() >= 227 * 1024:  # Hopper (and the simulator, tiled as for it)
+        assert KA.fit_tiles(64, 64) == (64, 64, 4) and KA.fit_tiles(128, 96) == (64, 32, 4)
+    monkeypatch.setattr(KA, "shared_limit", lambda: 99 * 1024)  # sm_86, sm_89: smaller tiles
+    assert KA.fit_tiles(64, 64) == (64, 32, 4) and KA.fit_tiles(128, 96) == (32, 32, 4)
+    assert KA.fit_tiles(128, 128, itemsize=8) == (16, 16, 4)
+    for d in (8, 64, 128):
+        for itemsize in (4, 8):
+            bq, bk, _ = KA.fit_tiles(d, d, itemsize)
+            assert KA.layout(d, d, bq, bk)[1] * itemsize <= 99 * 1024
     with pytest.raises(ValueError, match="4·W"):
         KA.check_tiles(24, 16, 4)
     offsets, total = KA.layout(64, 64, 64, 64)

@@ -10,6 +10,7 @@ from numba import cuda
 
 from numba_softmax import reference as R
 from numba_softmax.kernels import decode_launch as KD
+from numba_softmax.kernels import launcher
 from numba_softmax.kernels import decode_tc as TC
 from numba_softmax.kernels import paged as KP
 
@@ -126,17 +127,40 @@ def test_default_tiles_follow_the_grid():
         assert TC.Tiles(128, 128, **tiles).shared <= 227 * 1024
 
 
+def test_default_tiles_fit_the_device():
+    """Where a block gets less shared memory than on Hopper (227 KB), the tiles keep 2
+    stages, then fewer warps: the A100 (163 KB) 8 warps × 16 keys × 2 stages at D 128,
+    sm_86/sm_89 (99 KB) 4 × 16 × 2; Hopper's choice unchanged."""
+    hopper, a100, ada = 227 * 1024, 163 * 1024, 99 * 1024
+    for units in (8, 66):
+        assert KD.tiles_for(units, 132, hopper) == KD.tiles_for(units, 132)
+        assert KD.tiles_for(units, 108, a100) == dict(warps=8, block_k=16, stages=2)
+        assert KD.tiles_for(units, 128, ada) == dict(warps=4, block_k=16, stages=2)
+        for d in (64, 128):
+            for room in (hopper, a100, ada, 48 * 1024):
+                tiles = KD.tiles_for(units, 132, room, d, d)
+                assert TC.Tiles(d, d, **tiles).shared + TC.STATIC_SHARED <= room, (units, d, room)
+
+
 @pytest.mark.skipif(SIMULATOR, reason="GPU only: every launch configuration")
 def test_every_configuration_gives_the_same_answer():
     rng, seed = fresh()
     q = random(rng, (2, 32, 1, 128), F16, spread=1.5)
     k, v = random(rng, (2, 8, 5003, 128), F16), random(rng, (2, 8, 5003, 128), F16)
     ref = reference(q, k, v)
+    room, ran = launcher.device_limits().shared_optin, 0
     for warps in (1, 2, 4, 8):
         for block_k in (16, 32, 64):
             for stages in (2, 3, 4):
                 tiles = dict(warps=warps, block_k=block_k, stages=stages)
-                if TC.Tiles(128, 128, **tiles).shared > 227 * 1024:
+                if TC.Tiles(128, 128, **tiles).shared > room:
                     continue
-                o, lse = decode(q, k, v, tiles)
+                try:
+                    o, lse = decode(q, k, v, tiles)
+                except ValueError as e:  # the static arrays took it past the device's room
+                    if "this device allows" not in str(e):
+                        raise
+                    continue
                 check(o, lse, *ref, F16, f"seed {seed}, tiles {tiles}")
+                ran += 1
+    assert ran >= 10  # (24 on Hopper, 12 in 99 KB)

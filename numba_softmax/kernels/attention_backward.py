@@ -52,6 +52,7 @@ from ..combine import weight_device
 from . import attention_backward_io as io
 from . import jit, launcher
 from .jit import accumulator
+from .flash_tiles import shared_limit
 
 MAX_HEAD_DIM = 128
 GROUP = 8  # column groups per warp: lanes that share a row
@@ -82,14 +83,22 @@ def layout(d, dv, block_q, block_k):
     return tuple(offsets), total
 
 
+TILINGS = ((64, 64), (64, 32), (32, 32), (32, 16), (16, 16))  # (Br, Bc), largest first
+
+
 def fit_tiles(d, dv, itemsize=4, small=False):
     """(Br, Bc, W) for these head dimensions: 64×64 tiles, 4 warps up to D = 64; 64×32
-    up to 128; half-size tiles for float64; the simulator's 8×8 tiles of 2 warps."""
+    up to 128; half-size tiles for float64 — or, where a block gets less shared memory
+    than that needs (99 KB on sm_86/sm_89), the next smaller of :data:`TILINGS` that fits;
+    the simulator's 8×8 tiles of 2 warps."""
     if small:
         return 8, 8, 2
-    if itemsize == 8:
-        return 32, 32, 4
-    return (64, 64, 4) if max(d, dv) <= 64 else (64, 32, 4)
+    first = (32, 32) if itemsize == 8 else (64, 64) if max(d, dv) <= 64 else (64, 32)
+    value = 8 if itemsize == 8 else 4  # the accumulator's bytes
+    for block_q, block_k in TILINGS[TILINGS.index(first):]:
+        if layout(d, dv, block_q, block_k)[1] * value <= shared_limit():
+            return block_q, block_k, 4
+    raise ValueError(f"head dimensions D={d}, Dv={dv} do not fit in shared memory")
 
 
 def check_tiles(block_q, block_k, warps):

@@ -29,7 +29,9 @@ dQ, whose rows are the queries.  (FlashAttention-2 computes S = Q Kᵀ and trans
 and dS through shared memory instead; its tiles are larger than one warp's.)
 
 **dQ by atomic adds**, as in :mod:`.attention_backward`: the last bits of dQ depend on
-the order the adds land.  Masks, GQA and the windows as there: query i sees key j iff
+the order the adds land; two values an instruction on sm_90 (``red.global.add.v2.f32``,
+which older targets lack), one on sm_80/sm_86/sm_89.  They are not what the time goes
+to: with the adds left out the kernel was 0–3 % faster (H200, NOTES).  Masks, GQA and the windows as there: query i sees key j iff
 −left ≤ j − (i + Sk − Sq) ≤ right; only tiles that cross an edge are masked element by
 element; rows that saw no key (LSE = −inf) and padding rows have P = 0.
 
@@ -58,12 +60,20 @@ MAX_HEAD_DIM = 128
 class Tiles:
     """A launch configuration: ``warps`` W (Bc = 16·W keys a block, 16 a warp) and
     ``block_q`` Br query rows a tile (a multiple of 16 with Br/16 dividing W: each warp
-    takes one 16-row slice of dQ).  Default: W = 8, Br = 64 (one block of 8 warps a
-    multiprocessor: 244–254 registers a thread); the simulator's: W = 1, Br = 16."""
+    takes one 16-row slice of dQ).  Default: the first of :data:`DEFAULTS` whose shared
+    memory the device allows — W = 8, Br = 64 on Hopper and the A100 (one block of 8
+    warps a multiprocessor: 244–254 registers a thread; 154 KB at D 128), smaller tiles
+    where a block gets less (99 KB on sm_86/sm_89: W = 4, Br = 32 at D 128); the
+    simulator's: W = 1, Br = 16."""
+
+    DEFAULTS = ((8, 64), (8, 32), (4, 32), (4, 16), (2, 16), (1, 16))
 
     def __init__(self, d, dv, warps=None, block_q=None, small=False):
         if small:
             warps, block_q = warps or 1, block_q or 16
+        room = None if simulator_enabled() else launcher.device_limits().shared_optin
+        if warps is None and block_q is None and room is not None:
+            warps, block_q = self.fitting(d, dv, room)
         self.warps, self.block_q = warps or 8, block_q or 64
         w, br = self.warps, self.block_q
         if w not in (1, 2, 4, 8) or br % 16 or br < 16 or w % (br // 16):
@@ -71,17 +81,30 @@ class Tiles:
                              f"16-row slices divide the warps; got warps={w}, block_q={br}")
         self.block_k = 16 * w
         self.dp, self.dvp = _up16(d), _up16(dv)
-        q_tiles = 2 * br * (self.dp + self.dvp + 2 * PAD)  # Q_i, dO_i, two buffers
-        kv_tiles = self.block_k * (self.dp + self.dvp + 2 * PAD)
-        self.shared = 2 * (q_tiles + kv_tiles + self.block_k * (br + PAD))
-        if not simulator_enabled() and self.shared > launcher.device_limits().shared_optin:
-            raise ValueError(f"tiles warps={w}, block_q={br} need {self.shared} bytes of "
-                             f"shared memory")
+        self.shared = self.bytes(d, dv, w, br) - 16 * br
+        if room is not None and self.shared + 16 * br > room:
+            raise ValueError(f"tiles warps={w}, block_q={br} need {self.shared + 16 * br} bytes "
+                             f"of shared memory; this device allows {room} a block")
+
+    @classmethod
+    def fitting(cls, d, dv, room):
+        """The first of :data:`DEFAULTS` whose block needs at most ``room`` bytes of shared
+        memory (the last one if none does: its launch then says how much it needs)."""
+        return next((w, br) for w, br in cls.DEFAULTS
+                    if cls.bytes(d, dv, w, br) <= room or (w, br) == cls.DEFAULTS[-1])
+
+    @staticmethod
+    def bytes(d, dv, w, br):
+        """Shared memory a block of tiles (w, br) uses: the dynamic tiles (K_j, V_j,
+        Q_i ×2, dO_i ×2, dSᵀ; 16-bit) and the static rows (LSE_i, D_i ×2; float32)."""
+        row = _up16(d) + _up16(dv) + 2 * PAD
+        return 2 * (2 * br * row + 16 * w * row + 16 * w * (br + PAD)) + 16 * br
 
 
 @functools.cache
-def kernel(dtype, d, dv, warps, block_q, vec):
+def kernel(dtype, d, dv, warps, block_q, vec, pairs):
     """The backward kernel for one configuration (masks are run-time arguments).
+    ``pairs``: dQ added two values at a time (``red.global.add.v2.f32``, sm_90; D even).
     Returns (kernel, threads per block)."""
     f32, u16 = numba.float32, numba.uint16
     mma, pack = for_dtype(dtype)
@@ -109,7 +132,7 @@ def kernel(dtype, d, dv, warps, block_q, vec):
     inf = f32(math.inf)
     I32 = numba.int32  # row, key and tile counters (every result cast back: Numba's
     # int32 ∘ int32 is int64, whose divisions and compares cost twice or more)
-    PAIRS = d % 2 == 0  # dQ rows 8-byte aligned: red.global.add.v2
+    PAIRS = pairs and d % 2 == 0  # dQ rows 8-byte aligned: red.global.add.v2 (sm_90)
 
     @jit.device
     def stage_rows(smem, rows, q, do, lse, delta, b, h, i0, buf):
@@ -283,7 +306,7 @@ def kernel(dtype, d, dv, warps, block_q, vec):
                             smem, K0 + (16 * kb + kn_row) * KS + kn_col + 16 * c)
                         mma(dqf, 2 * ci, af, 0, b0, b1)
                         mma(dqf, 2 * ci + 1, af, 0, b2, b3)
-            for ci in range(CH):  # two adjacent columns a lane: one vector add (D even)
+            for ci in range(CH):  # two adjacent columns a lane: one vector add (PAIRS)
                 c = c_first + ci * SPLIT
                 for rr in range(2):
                     row = I32(i0 + 16 * rs + g + 8 * rr)
@@ -327,7 +350,8 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), sc
     def main(delta, dq_acc, scale, left, right):
         tiles = Tiles(d, dvh, small=small, **tile_options)
         vec = all(aligned(x) for x in (q, k, v, do))
-        bwd, threads = kernel(q.dtype, d, dvh, tiles.warps, tiles.block_q, vec)
+        pairs = tuple(launcher.device_limits().cc) >= (9, 0)  # vector atomics: sm_90 on
+        bwd, threads = kernel(q.dtype, d, dvh, tiles.warps, tiles.block_q, vec, pairs)
         launcher.launch(bwd, (-(-k.shape[2] // tiles.block_k), k.shape[0] * k.shape[1]), threads,
                         stream, (do, q, k, v, lse, delta, dq_acc, dk, dv, scale, left, right),
                         shared=tiles.shared)

@@ -67,20 +67,28 @@ def _cuda_cores(q, d, dv, packed, paged, width, small, args):
     return dec, warps, rows, shared, warps * kpw * unroll
 
 
-def tiles_for(units, sms):
+def tiles_for(units, sms, room=None, d=128, dv=128):
     """The tensor-core kernel's tiles (:class:`~.decode_tc.Tiles` options) for ``units``
     blocks before any split: 8 warps × 16 keys, tiles of 16 sitting inside every page of
     16 or more (one table read a tile); 3 stages where B·Hkv alone fills the device, 2
-    where few blocks are split many ways (B 1).  Measured on an H200 (D 128, GQA 32/8,
+    where few blocks are split many ways (B 1).  ``room``: the shared memory a block may
+    have (bytes; None: no limit) — where those tiles need more (3 stages at D 128 take
+    204 KB, 2 stages 136 KB: more than the A100's 163 KB or sm_86/sm_89's 99 KB), 2 stages,
+    then fewer warps.  Measured on an H200 (D 128, GQA 32/8,
     fp16; ``scripts/gpu/decode_tc.py --sweep --quick`` and the twentieth session's runs,
     NOTES): with the device filled, 8 × 16 × 3 (one block a multiprocessor) beat the
     sweep's best, 4 × 16 × 3 (two), everywhere — B 16 × 4K 78.7 → 73.5 µs dense, pages of
     16 / 256 81.2 → 77.4 / 77.5 → 73.2; B 16 × 32K 530 → 521, 544 → 524, 523 → 511;
     B 64 × 32K 2050 → 2027; B 16 × 128K 2053 → 2044; with B 1 the third stage gained
     nothing (4K: 16.5 against 16.9 µs; 32K 44.9 / 44.8)."""
-    if 2 * units >= sms:
-        return dict(warps=8, block_k=16, stages=3)
-    return dict(warps=8, block_k=16, stages=2)
+    first = dict(warps=8, block_k=16, stages=3 if 2 * units >= sms else 2)
+    if room is None:
+        return first
+    for warps, stages in ((8, first["stages"]), (8, 2), (4, 2), (2, 2), (1, 2)):
+        tiles = dict(warps=warps, block_k=16, stages=stages)
+        if decode_tc.Tiles(d, dv, **tiles).shared + decode_tc.STATIC_SHARED <= room:
+            return tiles
+    return tiles
 
 
 def _tensor_core(q, d, dv, packed, paged, units, small, options):
@@ -88,7 +96,8 @@ def _tensor_core(q, d, dv, packed, paged, units, small, options):
     default :func:`tiles_for` the grid's ``units`` = B·Hkv blocks of each row chunk)."""
     rows = min(packed, decode_tc.ROWS)
     if not options and not small:
-        options = tiles_for(units * -(-packed // rows), launcher.device_limits().sms)
+        limits = launcher.device_limits()
+        options = tiles_for(units * -(-packed // rows), limits.sms, limits.shared_optin, d, dv)
     tiles = decode_tc.Tiles(d, dv, small=small, **options)
     dec = decode_tc.kernel(q.dtype, d, dv, rows, tiles.warps, tiles.block_k, tiles.stages,
                            paged)

@@ -59,6 +59,9 @@ def _up16(n):
     return -(-n // 16) * 16
 
 
+STATIC_SHARED = 16 * 1024  # at most, besides the tiles: the fold's and the merge's arrays (13.1 KB at 16 rows)
+
+
 class Tiles:
     """A launch configuration: ``warps`` W, ``block_k`` Bc keys per warp tile (a multiple
     of 16), ``stages`` copies in flight per warp (2 … 4).  (The launcher's choice:

@@ -7,6 +7,8 @@ named, like quack's ``Softmax.__call__``) and hands it here::
 
 This function
 
+* refuses a GPU older than sm_80 with a clear error before the first compile
+  (:func:`require_supported`), where ptxas would fail on an instruction deep in a kernel;
 * checks the block against the *compiled* kernel's own limit (registers per thread and
   the kernel's max-threads attribute decide it, not a constant: a float64 kernel that
   holds several values per thread cannot run 1024 threads) and says so clearly instead
@@ -37,6 +39,7 @@ from typing import NamedTuple
 from .._sim import simulator_enabled
 
 STATIC_SHARED_LIMIT = 48 * 1024  # above this a block must opt in (dynamic shared memory)
+MIN_CC = (8, 0)  # max.NaN.f32, cvt.rn.bf16.f32, cp.async, mma.sync with bfloat16
 PORTABLE_CLUSTER = 8  # blocks a cluster every sm_90 device runs; more need an opt-in
 
 _recording = threading.local()
@@ -80,10 +83,26 @@ def _limits_of(device_id):
 
 
 def compiled(kernel, args):
-    """The compiled kernel (Numba's ``_Kernel``) for these arguments; compiles it once."""
+    """The compiled kernel (Numba's ``_Kernel``) for these arguments; compiles it once
+    (after :func:`require_supported`: on an older GPU a clear error, not ptxas's)."""
     sig = tuple(kernel.typeof_pyval(a) for a in args)
     found = kernel.overloads.get(sig)
-    return found if found is not None else kernel.compile(sig)
+    if found is not None:
+        return found
+    require_supported(device_limits())
+    return kernel.compile(sig)
+
+
+def require_supported(limits):
+    """RuntimeError unless the device is sm_80 or newer: the kernels use instructions that
+    Ampere introduced (``docs/caveats.md``), which ptxas refuses for older targets."""
+    if tuple(limits.cc) < MIN_CC:
+        raise RuntimeError(
+            f"numba_softmax needs a GPU of compute capability {MIN_CC[0]}.{MIN_CC[1]} or newer "
+            f"(Ampere, Ada, Hopper, Blackwell): its kernels use instructions sm_80 introduced "
+            f"(max.NaN.f32, cvt.rn.bf16.f32, cp.async, mma.sync with bfloat16); {limits.name} "
+            f"is {limits.cc[0]}.{limits.cc[1]}.  The CUDA simulator (NUMBA_ENABLE_CUDASIM=1) "
+            f"runs them on the CPU.")
 
 
 def max_threads(kernel, args):
