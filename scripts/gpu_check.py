@@ -5,6 +5,7 @@
     python scripts/gpu_check.py --only suite,fuzz --fuzz-shards 2    # a part
     python scripts/gpu_check.py --skip-timed --fuzz-first-seed 6 \
         --merge docs/benchmarks/gpu-check-<device>.json              # the check in two parts
+    python scripts/gpu_check.py --only suite-as --as a100,ada        # the suite as older GPUs
 
 Phase 1 — correctness, in parallel processes (they may share the GPU: nothing is timed):
 the test suite under the ``gpu`` Hypothesis profile (everything but the jobs below),
@@ -12,7 +13,10 @@ the reliability tests, the fuzz run split into shards (one Hypothesis seed each,
 shard draws new cases; the total number of generated cases is counted from Hypothesis'
 statistics), every example that does not time anything in its GPU form, and
 compute-sanitizer's memcheck, racecheck, synccheck and initcheck over
-``scripts/sanitize.py``'s ragged workload.
+``scripts/sanitize.py``'s ragged workload.  With ``--as a100,ada``, the suite again for
+each, with that GPU's launch limits (``NUMBA_SOFTMAX_TEST_AS``, ``tests/conftest.py``:
+its shared memory a block and compute capability, so the kernels take its tiles and
+instructions — on this GPU's hardware; ``docs/caveats.md``).
 
 Phase 2 — what times kernels runs alone, after phase 1, one job at a time: the examples
 that print timings (their numbers would be polluted by anything sharing the GPU), and
@@ -160,6 +164,10 @@ def jobs(args, log_dir):
             args.limit,
             {"NUMBA_SOFTMAX_GPU_EXAMPLES": str(args.suite_examples)}),
            ("reliability", PYTEST + ["tests/test_reliability.py"], args.limit, None)]
+    for gpu in filter(None, getattr(args, "emulate", "").split(",")):
+        out.append((f"suite-as-{gpu}", out[0][1], args.limit,
+                    {"NUMBA_SOFTMAX_GPU_EXAMPLES": str(args.suite_examples),
+                     "NUMBA_SOFTMAX_TEST_AS": gpu}))
     for shard in range(args.fuzz_first_seed, args.fuzz_first_seed + args.fuzz_shards):
         out.append((f"fuzz-{shard}", PYTEST + [
             "--hypothesis-profile=fuzz", f"--hypothesis-seed={1000 + shard}",
@@ -239,6 +247,8 @@ def main(argv=None):
                    "--only suite,reliability,examples)")
     p.add_argument("--suite-examples", type=int, default=40,
                    help="Hypothesis examples per test in the suite job (the fuzz draws the many)")
+    p.add_argument("--as", dest="emulate", default="", metavar="GPUS",
+                   help="comma-separated (a100, ada): also the suite with each one's launch limits")
     p.add_argument("--timed-limit", type=int, default=90, help="seconds per timed example")
     p.add_argument("--limit", type=int, default=380, help="seconds per phase-1 job")
     p.add_argument("--workers", type=int, default=12)

@@ -76,3 +76,8 @@ def test_suite_workers_and_fuzz_shards_in_the_jobs():
     assert {"fuzz-6", "fuzz-7", "reliability", "examples"} <= set(by_name)
     assert not any(n.startswith("sanitize") for n in by_name)
     assert "--hypothesis-seed=1006" in by_name["fuzz-6"]
+    assert not any(n.startswith("suite-as") for n in by_name)
+    args.emulate = "a100,ada"  # --as: the suite again with each one's launch limits
+    jobs = {name: (cmd, env) for name, cmd, _, env in gc.jobs(args, Path("/tmp"))}
+    assert jobs["suite-as-ada"][0] == suite and jobs["suite-as-ada"][1]["NUMBA_SOFTMAX_TEST_AS"] == "ada"
+    assert jobs["suite-as-a100"][1]["NUMBA_SOFTMAX_TEST_AS"] == "a100"
