@@ -31,9 +31,10 @@ and dS through shared memory instead; its tiles are larger than one warp's.)
 **dQ by atomic adds**, as in :mod:`.attention_backward`: the last bits of dQ depend on
 the order the adds land; two values an instruction on sm_90 (``red.global.add.v2.f32``,
 which older targets lack), one on sm_80/sm_86/sm_89.  They are not what the time goes
-to: with the adds left out the kernel was 0–3 % faster (H200, NOTES).  Masks, GQA and the windows as there: query i sees key j iff
-−left ≤ j − (i + Sk − Sq) ≤ right; only tiles that cross an edge are masked element by
-element; rows that saw no key (LSE = −inf) and padding rows have P = 0.
+to: with the adds left out the kernel was 0–3 % faster (H200, NOTES).  Masks, GQA and
+the windows as there: query i sees key j iff −left ≤ j − (i + Sk − Sq) ≤ right; only
+tiles that cross an edge are masked element by element; rows that saw no key (LSE =
+−inf) and padding rows have P = 0.
 
 FLOPs 10·Sq·Sk·D per (batch·query head) (five products; half with causal); K, V read
 once, Q, dO once per key tile (mostly from L2), dQ added once per key tile.  NumPy twin:
@@ -62,7 +63,7 @@ class Tiles:
     ``block_q`` Br query rows a tile (a multiple of 16 with Br/16 dividing W: each warp
     takes one 16-row slice of dQ).  Default: the first of :data:`DEFAULTS` whose shared
     memory the device allows — W = 8, Br = 64 on Hopper and the A100 (one block of 8
-    warps a multiprocessor: 244–254 registers a thread; 154 KB at D 128), smaller tiles
+    warps a multiprocessor: 244–254 registers a thread; 155 KB at D 128), smaller tiles
     where a block gets less (99 KB on sm_86/sm_89: W = 4, Br = 32 at D 128); the
     simulator's: W = 1, Br = 16."""
 

@@ -59,7 +59,9 @@ def _up16(n):
     return -(-n // 16) * 16
 
 
-STATIC_SHARED = 16 * 1024  # at most, besides the tiles: the fold's and the merge's arrays (13.1 KB at 16 rows)
+# shared memory besides the tiles, at most: the fold's and the merge's arrays (13.1 KB at
+# 16 rows; compiled for sm_90)
+STATIC_SHARED = 16 * 1024
 
 
 class Tiles:
