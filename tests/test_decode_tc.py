@@ -86,6 +86,23 @@ def test_paged_decode(tiles):
         check(o.copy_to_host(), lse.copy_to_host(), *ref, F16, f"seed {seed}, block size {bs}")
 
 
+def test_paged_decode_many_tiles_a_warp():
+    """One split and pages of 16 (every tile inside a page): each warp holds the table
+    entries of 32 of its tiles and loads the next 32 a batch ahead — here over 64 tiles a
+    warp, so the batches turn over twice; a shuffled table, a tail tile cut short."""
+    rng, seed = fresh()
+    warps = 2 if SIMULATOR else 8  # (the simulator's tiles: 2 warps of 16 keys)
+    length = warps * 16 * 66 + 5
+    k_cache, v_cache, table, lengths = paged_cache(rng, [length], 16, 1, 16, 16, F16)
+    q = random(rng, (1, 2, 1, 16), F16, spread=1.5)
+    o, lse = poisoned(q.shape, F16), poisoned(q.shape[:3], F32)
+    KP.launch(*(cuda.to_device(x) for x in (q, k_cache, v_cache, table, lengths)), o, lse,
+              num_splits=1, tiles=dict(warps=warps, block_k=16, stages=3), **SMALL)
+    ref = R.paged_attention(values(q), values(k_cache), values(v_cache), table, lengths,
+                            return_lse=True)
+    check(o.copy_to_host(), lse.copy_to_host(), *ref, F16, f"seed {seed}")
+
+
 def test_dispatch():
     """Tensor cores for float16 / bfloat16 with D, Dv multiples of 8 up to 128, aligned
     rows and a usable scale; the CUDA-core kernel for the rest."""

@@ -99,15 +99,16 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
     merge_z = merge_when_last(dtype, dv, RB, W)
 
     @jit.device
-    def tile_pages(table, b, key0, e, n_blocks, bs, page_shift, lane):
-        """Paged: the pool blocks of keys key0 + lane and key0 + lane + 32 (past e: e − 1's),
-        this lane's share of a tile's table entries — loaded a tile ahead of its copies,
-        then handed to the copying lanes by shuffles.  Dense: nothing."""
+    def tile_pages(table, b, key0, step, halves, e, n_blocks, bs, page_shift, lane):
+        """Paged: the pool blocks of keys key0 + lane·step and key0 + (lane + 32)·step
+        (past e: e − 1's; the second only with ``halves`` 2), one table entry a lane, in
+        one load for the whole warp.  step 1: a tile's rows (a tile across pages); step
+        W·Bc: the warp's next 32 tiles, each inside one page.  Dense: nothing."""
         pg = cuda.local.array(2, int32)
         pg[0], pg[1] = 0, 0
         if paged:
-            for h in range(2 if BC > 32 else 1):
-                key = min(key0 + lane + 32 * h, e - 1)
+            for h in range(halves):
+                key = min(key0 + (lane + 32 * h) * step, e - 1)
                 page = key >> page_shift if page_shift >= 0 else key // bs
                 pg[h] = min(max(table[b, page], 0), n_blocks - 1)  # never outside the pool
         return pg[0], pg[1]
@@ -133,13 +134,14 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
                            row, min(c, n - 8), key0 + r < e and c < n)
 
         @jit.device
-        def stage(smem, at, k, v, b, hk, key0, e, pg0, pg1, page_shift, lane):
-            """The warp copies K and V of keys key0 … key0 + Bc − 1 from the pools into its
-            buffer at ``at``.  A tile inside one block (bs = 2^s ≥ Bc and key0 a multiple
-            of Bc: the usual case) takes its block id from lane 0's pg0, once, and copies
-            like a dense tile; any other goes row by row (:func:`scattered`)."""
-            blk = shfl(pg0, 0)  # (every lane shuffles: a warp-wide instruction)
-            if page_shift >= 0 and (1 << page_shift) >= BC and (key0 & (BC - 1)) == 0:
+        def stage(smem, at, k, v, b, hk, key0, e, pg0, pg1, page_shift, lane, tile, whole):
+            """The warp copies K and V of keys key0 … key0 + Bc − 1 (its tile number
+            ``tile``) from the pools into its buffer at ``at``.  ``whole`` (every tile
+            inside one block: bs = 2^s ≥ Bc, tiles aligned to Bc — the usual case): lane
+            tile % 32 holds the block id, and the tile copies like a dense one; else row
+            by row (:func:`scattered`)."""
+            if whole:
+                blk = shfl(pg0, tile & 31)  # (every lane shuffles: a warp-wide instruction)
                 row0 = key0 & ((1 << page_shift) - 1)
                 stage_k(smem, at, k[blk, :, hk], row0, row0 + e - key0)
                 stage_v(smem, at + BC * KS, v[blk, :, hk], row0, row0 + e - key0)
@@ -149,11 +151,31 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
                           lane)
     else:
         @jit.device
-        def stage(smem, at, k, v, b, hk, key0, e, pg0, pg1, page_shift, lane):
+        def stage(smem, at, k, v, b, hk, key0, e, pg0, pg1, page_shift, lane, tile, whole):
             """The warp copies rows key0 … key0 + Bc − 1 of K[b, hk] and V[b, hk] into its
             buffer at ``at``; rows ≥ e and columns past D become zeros."""
             stage_k(smem, at, k[b, hk], key0, e)
             stage_v(smem, at + BC * KS, v[b, hk], key0, e)
+
+    @jit.device
+    def advance(pg0, pg1, table, b, key0, tile, count, e, n_blocks, bs, page_shift, lane, whole):
+        """Paged, after the warp staged its tile ``tile`` (keys from key0): the table
+        entries its next copies need.  ``whole``: pg0 holds the blocks of the warp's
+        tiles 32c … 32c + 31, pg1 those of the next 32 — at the end of a batch pg1 moves
+        up and the batch after it is loaded, 32 tiles before its first copy.  Else: the
+        rows of the next tile, a tile ahead.  (A table load a tile ahead had held every
+        copy back by its latency.)  Dense: nothing."""
+        if paged:
+            if whole:
+                if (tile & 31) == 31:
+                    pg0 = pg1
+                    if tile + 33 < count:
+                        pg1 = tile_pages(table, b, key0 + 33 * W * BC, W * BC, 1, e, n_blocks,
+                                         bs, page_shift, lane)[0]
+            elif tile + 1 < count:
+                pg0, pg1 = tile_pages(table, b, key0 + W * BC, 1, 2 if BC > 32 else 1, e,
+                                      n_blocks, bs, page_shift, lane)
+        return pg0, pg1
 
     @jit.kernel
     def decode(q, k, v, o, lse, o_ws, lse_ws, counters, table, seqlens, scale, left, right,
@@ -191,16 +213,19 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
         n_tiles = (e - a + BC - 1) // BC if e > a else 0
         count = (n_tiles - warp + W - 1) // W if n_tiles > warp else 0  # the warp's tiles
         n_blocks, bs = k.shape[0], k.shape[1]  # (paged: the pool)
-        pg0, pg1 = int32(0), int32(0)  # the blocks of the next tile to copy (paged)
-        if count > 0:
-            pg0, pg1 = tile_pages(table, b, a + warp * BC, e, n_blocks, bs, page_shift, lane)
+        # paged: the blocks of the next copies (:func:`advance`)
+        whole = paged and page_shift >= 0 and (1 << page_shift) >= BC and (a & (BC - 1)) == 0
+        pg0, pg1 = int32(0), int32(0)
+        if count > 0:  # whole: the warp's first 32 tiles (and the next 32); else the first tile's rows
+            pg0, pg1 = tile_pages(table, b, a + warp * BC, W * BC if whole else 1,
+                                  (2 if count > 32 else 1) if whole else (2 if BC > 32 else 1),
+                                  e, n_blocks, bs, page_shift, lane)
         for it in range(ST - 1):
             if it < count:
                 key0, at = a + (warp + it * W) * BC, mine + it * TILE
-                stage(smem, at, k, v, b, hk, key0, e, pg0, pg1, page_shift, lane)
-                if it + 1 < count:  # the next tile's blocks, a tile ahead
-                    pg0, pg1 = tile_pages(table, b, key0 + W * BC, e, n_blocks, bs, page_shift,
-                                          lane)
+                stage(smem, at, k, v, b, hk, key0, e, pg0, pg1, page_shift, lane, it, whole)
+                pg0, pg1 = advance(pg0, pg1, table, b, key0, it, count, e, n_blocks, bs,
+                                   page_shift, lane, whole)
             cp_async_commit()  # (an empty group where there is no tile: the count stays right)
         # Q → A fragments: a0 (row g, cols 2t, 2t+1), a1 (row g+8), a2, a3 (cols + 8);
         # loaded while the first tiles' copies are in flight
@@ -237,10 +262,9 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
             nxt = it + ST - 1  # its buffer held tile it − 1, which every lane is done with
             if nxt < count:
                 key0, at = a + (warp + nxt * W) * BC, mine + (nxt % ST) * TILE
-                stage(smem, at, k, v, b, hk, key0, e, pg0, pg1, page_shift, lane)
-                if nxt + 1 < count:  # its loads land while tile it is computed
-                    pg0, pg1 = tile_pages(table, b, key0 + W * BC, e, n_blocks, bs, page_shift,
-                                          lane)
+                stage(smem, at, k, v, b, hk, key0, e, pg0, pg1, page_shift, lane, nxt, whole)
+                pg0, pg1 = advance(pg0, pg1, table, b, key0, nxt, count, e, n_blocks, bs,
+                                   page_shift, lane, whole)
             cp_async_commit()
             wait_tile()  # this lane's copies of tile it have landed …
             cuda.syncwarp(FULL)  # … and every lane's: the warp may read the buffer
