@@ -19,7 +19,7 @@ from numba_softmax import reference as R
 from numba_softmax.arrays.kinds import kind_of as _kind
 from numba_softmax.attention import attention, merge_attention
 from numba_softmax.kernels import attention as KA
-from numba_softmax.kernels import flash_tiles
+from numba_softmax.kernels import flash_tiles, launcher
 from numba_softmax.kernels import decode_launch as KD
 from numba_softmax.kernels.flash_tiles import layout
 
@@ -203,6 +203,15 @@ def test_multi_warp_blocks(block_q, block_k, rows_per_lane):
         o, lse = run_forward(q, k, v, causal, block_q=block_q, block_k=block_k,
                              rows_per_lane=rows_per_lane)
         check(o, lse, q, k, v, causal, msg=f"seed {seed}")
+
+
+def test_first_fitting_is_the_first_the_room_holds():
+    """The helper every tile chooser falls back with (forward, both backwards, decode)."""
+    need = {"big": 300, "mid": 200, "small": 100}.get
+    assert launcher.first_fitting(("big", "mid", "small"), need, 250) == "mid"
+    assert launcher.first_fitting(("big", "mid", "small"), need, 300) == "big"
+    assert launcher.first_fitting(("big", "mid", "small"), need, None) == "big"
+    assert launcher.first_fitting(("big", "mid", "small"), need, 50) is None
 
 
 def test_tile_layouts():

@@ -86,6 +86,19 @@ def test_paged_decode(tiles):
         check(o.copy_to_host(), lse.copy_to_host(), *ref, F16, f"seed {seed}, block size {bs}")
 
 
+@pytest.mark.parametrize("tiles", [TENSOR, CUDA_CORES], ids=["tensor", "cuda_cores"])
+def test_many_splits_of_sixteen_rows(tiles):
+    """16 packed rows (GQA 4 × Sq 4, causal: early splits see keys the late rows do not)
+    over 40 splits on a GPU (9 in the simulator): the last block folds them in batches
+    of partials (``fold_splits``)."""
+    rng, seed = fresh()
+    splits, d = (9, 16) if SIMULATOR else (40, 128)
+    q = random(rng, (1, 8, 4, d), F16, spread=1.5)  # GQA 4 × Sq 4 = 16 rows a K/V head
+    k, v = (random(rng, (1, 2, splits * 16 + 5, d), F16) for _ in range(2))
+    o, lse = decode(q, k, v, tiles, causal=True, num_splits=splits)
+    check(o, lse, *reference(q, k, v, causal=True), F16, f"seed {seed}, tiles {tiles}")
+
+
 def test_paged_decode_many_tiles_a_warp():
     """One split and pages of 16 (every tile inside a page): each warp holds the table
     entries of 32 of its tiles and loads the next 32 a batch ahead — here over 64 tiles a

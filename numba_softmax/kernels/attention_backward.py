@@ -95,10 +95,11 @@ def fit_tiles(d, dv, itemsize=4, small=False):
         return 8, 8, 2
     first = (32, 32) if itemsize == 8 else (64, 64) if max(d, dv) <= 64 else (64, 32)
     value = 8 if itemsize == 8 else 4  # the accumulator's bytes
-    for block_q, block_k in TILINGS[TILINGS.index(first):]:
-        if layout(d, dv, block_q, block_k)[1] * value <= shared_limit():
-            return block_q, block_k, 4
-    raise ValueError(f"head dimensions D={d}, Dv={dv} do not fit in shared memory")
+    fit = launcher.first_fitting(TILINGS[TILINGS.index(first):],
+                                 lambda t: layout(d, dv, *t)[1] * value, shared_limit())
+    if fit is None:
+        raise ValueError(f"head dimensions D={d}, Dv={dv} do not fit in shared memory")
+    return fit + (4,)
 
 
 def check_tiles(block_q, block_k, warps):

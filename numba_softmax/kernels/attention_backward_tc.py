@@ -91,8 +91,8 @@ class Tiles:
     def fitting(cls, d, dv, room):
         """The first of :data:`DEFAULTS` whose block needs at most ``room`` bytes of shared
         memory (the last one if none does: its launch then says how much it needs)."""
-        return next((w, br) for w, br in cls.DEFAULTS
-                    if cls.bytes(d, dv, w, br) <= room or (w, br) == cls.DEFAULTS[-1])
+        return (launcher.first_fitting(cls.DEFAULTS, lambda t: cls.bytes(d, dv, *t), room)
+                or cls.DEFAULTS[-1])
 
     @staticmethod
     def bytes(d, dv, w, br):

@@ -81,14 +81,11 @@ def tiles_for(units, sms, room=None, d=128, dv=128):
     16 / 256 81.2 → 77.4 / 77.5 → 73.2; B 16 × 32K 530 → 521, 544 → 524, 523 → 511;
     B 64 × 32K 2050 → 2027; B 16 × 128K 2053 → 2044; with B 1 the third stage gained
     nothing (4K: 16.5 against 16.9 µs; 32K 44.9 / 44.8)."""
-    first = dict(warps=8, block_k=16, stages=3 if 2 * units >= sms else 2)
-    if room is None:
-        return first
-    for warps, stages in ((8, first["stages"]), (8, 2), (4, 2), (2, 2), (1, 2)):
-        tiles = dict(warps=warps, block_k=16, stages=stages)
-        if decode_tc.Tiles(d, dv, **tiles).shared + decode_tc.STATIC_SHARED <= room:
-            return tiles
-    return tiles
+    choices = [dict(warps=w, block_k=16, stages=st) for w, st in
+               ((8, 3 if 2 * units >= sms else 2), (8, 2), (4, 2), (2, 2), (1, 2))]
+    return launcher.first_fitting(
+        choices, lambda t: decode_tc.Tiles(d, dv, **t).shared + decode_tc.STATIC_SHARED,
+        room) or choices[-1]
 
 
 def _tensor_core(q, d, dv, packed, paged, units, small, options):

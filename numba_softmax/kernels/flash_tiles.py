@@ -118,12 +118,12 @@ def fit_tiles(d, dv, small=False):
     H100's shared memory; ``small``: the simulator's 2-warp tiles (8×16)."""
     if small:
         return 8, 16
-    limit = shared_limit()
     first = (128, 64) if max(d, dv) <= 64 else (64, 32)
-    for block_q, block_k in (first, (64, 32), (32, 32), (32, 16), (16, 16)):
-        if shared_bytes(d, dv, block_q, block_k) <= limit:
-            return block_q, block_k
-    raise ValueError(f"head dimensions D={d}, Dv={dv} do not fit in shared memory")
+    fit = launcher.first_fitting((first, (64, 32), (32, 32), (32, 16), (16, 16)),
+                                 lambda t: shared_bytes(d, dv, *t), shared_limit())
+    if fit is None:
+        raise ValueError(f"head dimensions D={d}, Dv={dv} do not fit in shared memory")
+    return fit
 
 
 @functools.cache

@@ -82,6 +82,14 @@ def _limits_of(device_id):
                   l2_bytes=dev.L2_CACHE_SIZE, cc=tuple(dev.compute_capability))
 
 
+def first_fitting(choices, need, room):
+    """The first of ``choices`` (launch configurations, most preferred first) whose
+    ``need(choice)`` — bytes of shared memory a block — is at most ``room`` (``None``: no
+    limit, the first); ``None`` if none is.  How every tile chooser falls back where a
+    block gets less than on Hopper (163 KB on an A100, 99 KB on sm_86/sm_89)."""
+    return next((c for c in choices if room is None or need(c) <= room), None)
+
+
 def compiled(kernel, args):
     """The compiled kernel (Numba's ``_Kernel``) for these arguments; compiles it once
     (after :func:`require_supported`: on an older GPU a clear error, not ptxas's)."""
