@@ -213,10 +213,11 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
         n_tiles = (e - a + BC - 1) // BC if e > a else 0
         count = (n_tiles - warp + W - 1) // W if n_tiles > warp else 0  # the warp's tiles
         n_blocks, bs = k.shape[0], k.shape[1]  # (paged: the pool)
-        # paged: the blocks of the next copies (:func:`advance`)
+        # paged: the blocks of the next copies (:func:`advance`) — ``whole``: those of the
+        # warp's first 32 tiles (and of the next 32); else the rows of its first tile
         whole = paged and page_shift >= 0 and (1 << page_shift) >= BC and (a & (BC - 1)) == 0
         pg0, pg1 = int32(0), int32(0)
-        if count > 0:  # whole: the warp's first 32 tiles (and the next 32); else the first tile's rows
+        if count > 0:
             pg0, pg1 = tile_pages(table, b, a + warp * BC, W * BC if whole else 1,
                                   (2 if count > 32 else 1) if whole else (2 if BC > 32 else 1),
                                   e, n_blocks, bs, page_shift, lane)
