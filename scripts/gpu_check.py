@@ -7,6 +7,19 @@
         --merge docs/benchmarks/gpu-check-<device>.json              # the check in two parts
     python scripts/gpu_check.py --only suite-as --as a100,ada        # the suite as older GPUs
 
+On a device lent 10 minutes a command, in four parts, each merging the one before (H200,
+2026-11-27: the first and the last took 340 and 425 s; ten fuzz shards beside the four
+sanitizers, as one command, 586 s — too close to the limit, hence two)::
+
+    python scripts/gpu_check.py --out A --git-hash H --only suite,reliability,examples \
+        --skip-timed --suite-workers 12
+    python scripts/gpu_check.py --out B --git-hash H --only fuzz --fuzz-shards 10 \
+        --skip-timed --merge A/gpu-check-<device>.json
+    python scripts/gpu_check.py --out C --git-hash H --only sanitize --skip-timed \
+        --merge B/gpu-check-<device>.json
+    python scripts/gpu_check.py --out D --git-hash H --only suite-as --as a100,ada \
+        --suite-workers 8 --limit 520 --merge C/gpu-check-<device>.json
+
 Phase 1 — correctness, in parallel processes (they may share the GPU: nothing is timed):
 the test suite under the ``gpu`` Hypothesis profile (everything but the jobs below),
 the reliability tests, the fuzz run split into shards (one Hypothesis seed each, so every
