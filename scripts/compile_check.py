@@ -377,7 +377,7 @@ def _attention():
     # split-KV decoding: q k v o lse o_ws lse_ws tickets table seqlens scale left right
     # kv_chunk splits n_chunks page_shift; k, v dense (B, Hkv, Sk, D) or paged pools
     # (blocks, block_size, Hkv, D); GQA 32/8 (4 packed rows), Sq = 1
-    dec = lambda d: (C(ST[d], 4),) * 4 + (C(float32, 3), C(float32, 4), C(float32, 3),  # noqa: E731
+    dec = lambda d: (C(ST[d], 4),) * 4 + (C(float32, 3), C(float32, 2), C(float32, 1),  # noqa: E731
                      C(int32, 1), C(int32, 2), C(int32, 1), float64, int64, int64, int64,
                      int64, int64, int64)
     DEC = "kernels.decode:kernel"  # CUDA cores: float32/64, D past 128, unaligned

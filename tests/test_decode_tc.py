@@ -99,6 +99,23 @@ def test_many_splits_of_sixteen_rows(tiles):
     check(o, lse, *reference(q, k, v, causal=True), F16, f"seed {seed}, tiles {tiles}")
 
 
+@pytest.mark.parametrize("tiles", [TENSOR, CUDA_CORES], ids=["tensor", "cuda_cores"])
+def test_more_splits_than_lanes(tiles):
+    """34 and 64 splits (MAX_SPLITS): the merge's warp per row holds splits z and z + 32
+    in lane z; a row that sees no key in some splits (causal, Sq 2).  The simulator runs
+    the CUDA-core kernel at 34 splits only."""
+    if SIMULATOR and tiles is TENSOR:
+        pytest.skip("the simulator runs the same merge through the CUDA-core kernel")
+    rng, seed = fresh()
+    d = 8 if SIMULATOR else 64
+    for splits in (34,) if SIMULATOR else (34, 64):
+        q = random(rng, (1, 1, 2, d), F16, spread=1.5)  # one head, Sq 2
+        k, v = (random(rng, (1, 1, splits * 16 - 3, d), F16) for _ in range(2))
+        o, lse = decode(q, k, v, tiles, causal=True, num_splits=splits)
+        check(o, lse, *reference(q, k, v, causal=True), F16,
+              f"seed {seed}, tiles {tiles}, {splits} splits")
+
+
 def test_paged_decode_many_tiles_a_warp():
     """One split and pages of 16 (every tile inside a page): each warp holds the table
     entries of 32 of its tiles and loads the next 32 a batch ahead — here over 64 tiles a

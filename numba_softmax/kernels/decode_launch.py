@@ -122,7 +122,7 @@ def run(q, k, v, o, lse, *, paged, table=None, seqlens=None, max_seqlen_k=None,
     dummy = counters.placeholder
     table = dummy(2, np.int32) if table is None else table
     seqlens = dummy(1, np.int32) if seqlens is None else seqlens
-    o_ws, lse_ws, tickets = dummy(4, np.float32), dummy(3, np.float32), dummy(1, np.int32)
+    o_ws, lse_ws, tickets = dummy(2, np.float32), dummy(1, np.float32), dummy(1, np.int32)
     bs = k.shape[1]
     page_shift = bs.bit_length() - 1 if paged and bs & (bs - 1) == 0 else -1
     left, right = vis.bounds(causal, window)
@@ -152,7 +152,8 @@ def run(q, k, v, o, lse, *, paged, table=None, seqlens=None, max_seqlen_k=None,
     if splits > MAX_SPLITS:
         raise ValueError(f"{splits} splits; at most {MAX_SPLITS}")
     if splits > 1:
-        o_ws, lse_ws = partials((splits * n_b, n_h, sq), -(-dv // 4) * 4, stream)
+        # a row's Z partials adjacent: row ((b·Hq + h)·Sq + i)·Z + z (decode_merge)
+        o_ws, lse_ws = partials((n_b * n_h * sq * splits,), -(-dv // 4) * 4, stream)
         tickets = counters.tickets(units, stream)
     launcher.launch(dec, (units * splits,), 32 * warps, stream, args(rows, kv_chunk, splits),
                     shared=shared)

@@ -337,11 +337,12 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
             lt += cuda.shfl_xor_sync(FULL, lt, 2)
             row = g + 8 * rr
             if row < RB:
+                at = u32(warp * RB + row)  # (unsigned indices: no negative-index fix-ups)
                 if t == 0:
-                    f_s[warp * RB + row], l_s[warp * RB + row] = m[rr] * sc, lt
+                    f_s[at], l_s[at] = m[rr] * sc, lt
                 for n in range(NV):
                     for c in range(2):
-                        o_s[(warp * RB + row) * DVP + 8 * n + 2 * t + c] = of[n, 2 * rr + c]
+                        o_s[at * u32(DVP) + u32(8 * n + c) + u32(2 * t)] = of[n, 2 * rr + c]
         cuda.syncthreads()  # every warp's state is in shared memory
         finish(f_s, l_s, o_s, o, lse, o_ws, lse_ws, z, splits, b, hk, group, pr0, n_rows)
         if splits > 1:  # the last block of the Z to finish merges the partials
