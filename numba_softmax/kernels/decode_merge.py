@@ -32,10 +32,13 @@ fetches).  So it is written to compile small: the workspace keeps a row's Z part
 adjacent rows — row ((b·Hq + h)·Sq + i)·Z + z of a (B·Hq·Sq·Z, 4·⌈Dv/4⌉) float32 array,
 its LSEs adjacent values of a flat one (:func:`workspace_row`) — so a partial's address
 is one add, where the 4-D index (z·B + b, h, i, c) took ~30 instructions a load; and the
-loops over rows and pieces have constant trip counts, compiled once each.  The merge's
-instructions went from ~3 500 to ~1 900 (sm_90, GQA 32/8, D 128): B 1 × 4K 16.3 → 15.4
-µs, 32 splits 24.5 → 22.1, 64 splits 39.6 → 33.5; float32 on CUDA cores (8 heads ×
-1024 keys, 16 splits) 9.1 → 8.7 µs (docs/benchmarks/NOTES.md, thirty-fifth session).
+loops over rows and pieces have constant trip counts, compiled once each; shared-memory
+indices are unsigned (no negative-index fix-ups), here and in the warps' fold every
+block runs at its end.  SASS (sm_90, GQA 32/8, D 128): the merge ~3 500 → ~1 600
+instructions, the block's fold ~1 100 → ~800.  H200: B 1 × 4K 16.3 → 14.3 µs (0.82 →
+0.94× SDPA), 32 splits 24.5 → 20.2, 64 splits 39.6 → 30.4; float32 on CUDA cores (8
+heads × 1024 keys, 16 splits) 9.1 → 7.9 µs (docs/benchmarks/NOTES.md, thirty-fifth
+session).
 """
 
 import functools
