@@ -102,8 +102,8 @@ def test_many_splits_of_sixteen_rows(tiles):
 @pytest.mark.parametrize("tiles", [TENSOR, CUDA_CORES], ids=["tensor", "cuda_cores"])
 def test_more_splits_than_lanes(tiles):
     """34 and 64 splits (MAX_SPLITS): the merge's warp per row holds splits z and z + 32
-    in lane z; a row that sees no key in some splits (causal, Sq 2).  The simulator runs
-    the CUDA-core kernel at 34 splits only."""
+    in lane z; causal with Sq 2, so the last split's keys are not all seen by both rows.
+    The simulator runs the CUDA-core kernel at 34 splits only."""
     if SIMULATOR and tiles is TENSOR:
         pytest.skip("the simulator runs the same merge through the CUDA-core kernel")
     rng, seed = fresh()
