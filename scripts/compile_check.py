@@ -391,16 +391,17 @@ def _attention():
         out.append(Entry("decode", f"{d} {cfg}", DEC, (NP[d], hd, hd, rows, 8, paged, w), dec(d),
                          block=256))
     DTC = "kernels.decode_tc:kernel"  # tensor cores: tiles_for — 8 warps × 16 keys × 2
-    for d, hd, rows, warps, stages, paged, cfg in (  # stages for few blocks, else 8 × 16 × 3
-            ("f16", 128, 4, 8, 2, False, "D128 B1 GQA 8x16x2"),
-            ("bf16", 128, 4, 8, 2, False, "D128 B1 GQA 8x16x2"),
-            ("f16", 128, 4, 8, 3, False, "D128 B16 GQA 8x16x3"),
-            ("f16", 128, 4, 8, 2, True, "D128 B1 GQA 8x16x2 paged"),
-            ("bf16", 128, 4, 8, 3, True, "D128 B16 GQA 8x16x3 paged"),
-            ("f16", 128, 16, 8, 2, False, "D128 16 rows (Sq 4) 8x16x2"),
-            ("f16", 128, 1, 8, 3, False, "D128 MHA 1 row 8x16x3"),
-            ("f16", 64, 4, 8, 2, False, "D64 B1 GQA 8x16x2")):
-        out.append(Entry("decode_tc", f"{d} {cfg}", DTC, (NP[d], hd, hd, rows, warps, 16, stages, paged),
+    for d, hd, rows, warps, stages, lay, cfg in (  # stages for few blocks, else 8 × 16 × 3
+            ("f16", 128, 4, 8, 2, "dense", "D128 B1 GQA 8x16x2"),
+            ("bf16", 128, 4, 8, 2, "dense", "D128 B1 GQA 8x16x2"),
+            ("f16", 128, 4, 8, 3, "dense", "D128 B16 GQA 8x16x3"),
+            ("f16", 128, 4, 8, 2, "pages", "D128 B1 GQA 8x16x2 pages"),
+            ("bf16", 128, 4, 8, 3, "pages", "D128 B16 GQA 8x16x3 pages"),
+            ("f16", 128, 4, 8, 3, "rows", "D128 B16 GQA 8x16x3 rows"),
+            ("f16", 128, 16, 8, 2, "dense", "D128 16 rows (Sq 4) 8x16x2"),
+            ("f16", 128, 1, 8, 3, "dense", "D128 MHA 1 row 8x16x3"),
+            ("f16", 64, 4, 8, 2, "dense", "D64 B1 GQA 8x16x2")):
+        out.append(Entry("decode_tc", f"{d} {cfg}", DTC, (NP[d], hd, hd, rows, warps, 16, stages, lay),
                          dec(d), block=32 * warps))
     # the paged cache's writes and its table check
     for d in ("f32", "f16", "bf16"):

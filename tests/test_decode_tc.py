@@ -13,6 +13,7 @@ from numba_softmax.kernels import decode_launch as KD
 from numba_softmax.kernels import launcher
 from numba_softmax.kernels import decode_tc as TC
 from numba_softmax.kernels import paged as KP
+from numba_softmax.kernels import visible as vis
 
 from _attention_data import BF16, F16, F32, check, fresh, paged_cache, poisoned, random, values
 from _helpers import SIMULATOR, sized
@@ -159,6 +160,21 @@ def test_tiles_are_checked():
         TC.Tiles(64, 64, stages=1)
     t = TC.Tiles(128, 128, warps=4, block_k=32, stages=2)
     assert t.shared == 4 * 2 * 32 * (128 + 128 + 16) * 2
+
+
+def test_layout_follows_the_pages_and_the_splits():
+    """A paged kernel copies whole tiles from one block ("pages") only where every tile
+    lies inside one: blocks of 2^s ≥ Bc positions, and tiles starting on multiples of Bc —
+    a left window bound moves the first key, and splits of kv_chunk keys move the others."""
+    U = vis.UNBOUNDED
+    assert KD.layout(False, 16, 16, U, None) == "dense"
+    assert KD.layout(True, 16, 16, U, None) == KD.layout(True, 256, 16, U, 32) == "pages"
+    assert KD.layout(True, 8, 16, U, None) == "rows"  # a tile spans two blocks
+    assert KD.layout(True, 48, 16, U, None) == "rows"  # not a power of two
+    assert KD.layout(True, 16, 16, 100, None) == "rows"  # a window's first key
+    assert KD.layout(True, 256, 16, U, 24) == "rows"  # splits not on tile edges
+    with pytest.raises(ValueError, match="layout"):
+        TC.kernel(np.float16, 64, 64, 4, 2, 16, 2, True)
 
 
 def test_default_tiles_follow_the_grid():

@@ -88,16 +88,29 @@ def tiles_for(units, sms, room=None, d=128, dv=128):
         room) or choices[-1]
 
 
-def _tensor_core(q, d, dv, packed, paged, units, small, options):
+def layout(paged, block_size, block_k, left, kv_chunk):
+    """The tensor-core kernel's :data:`~.decode_tc.LAYOUTS` entry: "pages" where every tile
+    of ``block_k`` keys lies inside one block of the pool — blocks of 2^s ≥ block_k
+    positions, and tiles that start on multiples of block_k: no left window bound (it
+    moves the first key) and splits of a multiple of block_k keys; else "rows"."""
+    if not paged:
+        return "dense"
+    pow2 = block_size & (block_size - 1) == 0
+    aligned = left == vis.UNBOUNDED and int(kv_chunk or 0) % block_k == 0
+    return "pages" if pow2 and block_size >= block_k and aligned else "rows"
+
+
+def _tensor_core(q, d, dv, packed, units, small, options, layout_of):
     """The same for :mod:`.decode_tc` (``options``: its :class:`~.decode_tc.Tiles`, by
-    default :func:`tiles_for` the grid's ``units`` = B·Hkv blocks of each row chunk)."""
+    default :func:`tiles_for` the grid's ``units`` = B·Hkv blocks of each row chunk;
+    ``layout_of(block_k)``: the kernel's layout)."""
     rows = min(packed, decode_tc.ROWS)
     if not options and not small:
         limits = launcher.device_limits()
         options = tiles_for(units * -(-packed // rows), limits.sms, limits.shared_optin, d, dv)
     tiles = decode_tc.Tiles(d, dv, small=small, **options)
     dec = decode_tc.kernel(q.dtype, d, dv, rows, tiles.warps, tiles.block_k, tiles.stages,
-                           paged)
+                           layout_of(tiles.block_k))
     return dec, tiles.warps, rows, tiles.shared, tiles.warps * tiles.block_k
 
 
@@ -133,8 +146,9 @@ def run(q, k, v, o, lse, *, paged, table=None, seqlens=None, max_seqlen_k=None,
                 kv_chunk, splits, -(-packed // rows), page_shift)
 
     if tiles is not False and tensor_cores(q, k, v, scale):
-        dec, warps, rows, shared, step = _tensor_core(q, d, dv, packed, bool(paged),
-                                                       n_b * n_kv, small, tiles or {})
+        dec, warps, rows, shared, step = _tensor_core(
+            q, d, dv, packed, n_b * n_kv, small, tiles or {},
+            lambda block_k: layout(paged, bs, block_k, left, kv_chunk))
     else:
         width = tileio.global_width([q, k, v], (decode.VALUES_PER_LANE, d, dv))
         dec, warps, rows, shared, step = _cuda_cores(q, d, dv, packed, bool(paged), width,

@@ -8,9 +8,10 @@ more instructions per byte than the memory system lets pass.  Here the products 
 roles of the warps turned round::
 
     one block = W warps, the ≤ 16 packed query rows of one K/V head (GQA: the group's
-                Hq/Hkv heads × Sq rows, row pr = i·group + g), keys [a, e) of split z
+                Hq/Hkv heads × Sq rows, row pr = i·group + g), split z of the keys:
+                the rounds z, z + Z, z + 2Z, … of W·Bc keys (rounds dealt in turn)
         Q → registers, as A fragments, in every warp (rows past the last are zeros)
-        warp w takes the key tiles w, w + W, w + 2W, … of Bc keys each, and alone:
+        warp w takes tile w of each of the block's rounds, Bc keys, and alone:
             K_j, V_j → the warp's own shared buffers (cp.async, ``stages`` deep: the
                        copies of the next stages − 1 tiles are in flight during tile j;
                        :func:`.staging.stager`, a lane per column chunk)
@@ -27,8 +28,12 @@ what keeps a memory-bound kernel at the memory's rate.  Rows 4 … 15 of the mma
 padding with GQA 32/8 (four query heads per K/V head): the tensor cores have that much to
 spare, the memory does not.
 
-The K/V row of key p comes from the dense (B, Hkv, Sk, D) arrays or, ``paged``, from the
-pool through the block table (position p → block table[b, p // bs], row p % bs).
+Rounds dealt in turn rather than Z contiguous ranges: a tile's place then needs no
+sequence length, so a paged kernel reads its first table entries while seqlens[b] is
+still on its way, and no 64-bit division of the length by Z waits before the first copy
+(``kv_chunk``: a split's own range, round after round).  The K/V row of key p comes from
+the dense (B, Hkv, Sk, D) arrays or from the pool through the block table (position p →
+block table[b, p // bs], row p % bs): :data:`LAYOUTS`.
 Causal, windows and Sq > 1 (speculative decoding) are the masks of :mod:`.visible`,
 applied only to tiles that cross an edge.  fp16 / bf16; D and Dv multiples of 8 (the
 16-byte copies); the dispatch (:mod:`.decode_launch`) sends everything else to
@@ -53,6 +58,10 @@ from ..combine import weight_device
 
 FULL = 0xFFFFFFFF
 ROWS = 16  # packed query rows of a block: the mma's M
+# where a tile's K/V rows come from: the dense (B, Hkv, Sk, D) arrays; a paged pool whose
+# tiles each lie inside one block ("pages": bs = 2^s ≥ Bc, every split's tiles starting on
+# a multiple of Bc — :func:`.decode_launch.layout` decides); a pool read row by row ("rows")
+LAYOUTS = ("dense", "pages", "rows")
 
 
 def _up16(n):
@@ -82,9 +91,12 @@ class Tiles:
 
 
 @functools.cache
-def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
+def kernel(dtype, d, dv, rows, warps, block_k, stages, layout):
     """The kernel for one configuration; ``rows`` ≤ 16 packed rows per block (the fold's
-    size).  Same arguments as :func:`.decode.kernel`'s."""
+    size); ``layout`` one of :data:`LAYOUTS`.  Its arguments are :func:`.decode.kernel`'s."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    paged, whole = layout != "dense", layout == "pages"
     f32, u32 = numba.float32, numba.uint32
     mma, pack = for_dtype(dtype)
     load = jit.loader(dtype)
@@ -99,19 +111,25 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
     merge_z = merge_when_last(dtype, dv, RB, W)
 
     @jit.device
-    def tile_pages(table, b, key0, step, halves, e, n_blocks, bs, page_shift, lane):
+    def entry(table, b, key, n_blocks, bs, page_shift):
+        """Paged: the pool block of position ``key`` of sequence b, table[b, key // bs] —
+        clamped to the table's row (a position past it: the row's last entry) and to the
+        pool, never to the sequence's length, so the load need not wait for it."""
+        page = key >> page_shift if page_shift >= 0 else jit.udivmod(key, bs)[0]
+        return min(max(table[b, min(page, table.shape[1] - 1)], 0), n_blocks - 1)
+
+    @jit.device
+    def tile_pages(table, b, key0, step, halves, n_blocks, bs, page_shift, lane):
         """Paged: the pool blocks of keys key0 + lane·step and key0 + (lane + 32)·step
-        (past e: e − 1's; the second only with ``halves`` 2), one table entry a lane, in
-        one load for the whole warp.  step 1: a tile's rows (a tile across pages); step
-        W·Bc: the warp's next 32 tiles, each inside one page.  Dense: nothing."""
-        pg = cuda.local.array(2, int32)
-        pg[0], pg[1] = 0, 0
+        (the second only with ``halves`` 2), one table entry a lane, in one load for the
+        whole warp.  step 1: a tile's rows (a tile across pages); step Z·W·Bc: the warp's
+        next 32 tiles, each inside one page.  Dense: nothing."""
+        pg0, pg1 = int32(0), int32(0)
         if paged:
-            for h in range(halves):
-                key = min(key0 + (lane + 32 * h) * step, e - 1)
-                page = key >> page_shift if page_shift >= 0 else key // bs
-                pg[h] = min(max(table[b, page], 0), n_blocks - 1)  # never outside the pool
-        return pg[0], pg[1]
+            pg0 = entry(table, b, key0 + lane * step, n_blocks, bs, page_shift)
+            if halves > 1:
+                pg1 = entry(table, b, key0 + (lane + 32) * step, n_blocks, bs, page_shift)
+        return pg0, pg1
 
     # a warp's copy of a K or V tile: each lane one 16-byte column chunk, down the rows
     stage_k = stager(dtype, 32, BC, d, DP, KS, True, per_warp=True)
@@ -129,17 +147,16 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
                 c = 8 * (idx - r * chunks)
                 key = min(key0 + r, e - 1)
                 blk0, blk1 = shfl2(pg0, pg1, r & 31)
-                row = key & ((1 << page_shift) - 1) if page_shift >= 0 else key % bs
+                row = key & ((1 << page_shift) - 1) if page_shift >= 0 else jit.udivmod(key, bs)[1]
                 cp_async16(smem, base + r * stride + c, x[blk1 if r >= 32 else blk0, :, hk],
                            row, min(c, n - 8), key0 + r < e and c < n)
 
         @jit.device
-        def stage(smem, at, k, v, b, hk, key0, e, pg0, pg1, page_shift, lane, tile, whole):
+        def stage(smem, at, k, v, b, hk, key0, e, pg0, pg1, page_shift, lane, tile):
             """The warp copies K and V of keys key0 … key0 + Bc − 1 (its tile number
-            ``tile``) from the pools into its buffer at ``at``.  ``whole`` (every tile
-            inside one block: bs = 2^s ≥ Bc, tiles aligned to Bc — the usual case): lane
-            tile % 32 holds the block id, and the tile copies like a dense one; else row
-            by row (:func:`scattered`)."""
+            ``tile``) from the pools into its buffer at ``at``.  Layout "pages" (every tile
+            inside one block): lane tile % 32 holds the block id, and the tile copies like a
+            dense one; "rows": row by row (:func:`scattered`)."""
             if whole:
                 blk = shfl(pg0, tile & 31)  # (every lane shuffles: a warp-wide instruction)
                 row0 = key0 & ((1 << page_shift) - 1)
@@ -151,17 +168,17 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
                           lane)
     else:
         @jit.device
-        def stage(smem, at, k, v, b, hk, key0, e, pg0, pg1, page_shift, lane, tile, whole):
+        def stage(smem, at, k, v, b, hk, key0, e, pg0, pg1, page_shift, lane, tile):
             """The warp copies rows key0 … key0 + Bc − 1 of K[b, hk] and V[b, hk] into its
             buffer at ``at``; rows ≥ e and columns past D become zeros."""
             stage_k(smem, at, k[b, hk], key0, e)
             stage_v(smem, at + BC * KS, v[b, hk], key0, e)
 
     @jit.device
-    def advance(pg0, pg1, table, b, key0, tile, count, e, n_blocks, bs, page_shift, lane, whole):
+    def advance(pg0, pg1, table, b, key0, tile, count, step, n_blocks, bs, page_shift, lane):
         """Paged, after the warp staged its tile ``tile`` (keys from key0): the table
-        entries its next copies need.  ``whole``: pg0 holds the blocks of the warp's
-        tiles 32c … 32c + 31, pg1 those of the next 32 — at the end of a batch pg1 moves
+        entries its next copies need.  "pages": pg0 holds the blocks of the warp's
+        tiles 32c … 32c + 31, pg1 those of the next 32 (``step`` keys apart) — at the end of a batch pg1 moves
         up and the batch after it is loaded, 32 tiles before its first copy.  Else: the
         rows of the next tile, a tile ahead.  (A table load a tile ahead had held every
         copy back by its latency.)  Dense: nothing."""
@@ -170,11 +187,11 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
                 if (tile & 31) == 31:
                     pg0 = pg1
                     if tile + 33 < count:
-                        pg1 = tile_pages(table, b, key0 + 33 * W * BC, W * BC, 1, e, n_blocks,
-                                         bs, page_shift, lane)[0]
+                        pg1 = tile_pages(table, b, key0 + 33 * step, step, 1, n_blocks, bs,
+                                         page_shift, lane)[0]
             elif tile + 1 < count:
-                pg0, pg1 = tile_pages(table, b, key0 + W * BC, 1, 2 if BC > 32 else 1, e,
-                                      n_blocks, bs, page_shift, lane)
+                pg0, pg1 = tile_pages(table, b, key0 + step, 1, 2 if BC > 32 else 1, n_blocks,
+                                      bs, page_shift, lane)
         return pg0, pg1
 
     @jit.kernel
@@ -186,22 +203,39 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
         n_kv = k.shape[2] if paged else k.shape[1]
         rc, z, hk, b = block_of(n_chunks, splits, n_kv)  # (row chunk, split, K/V head, batch)
         group, sq = q.shape[1] // n_kv, q.shape[2]
-        if paged:  # clamped to the table row: an unchecked length reads nothing outside it
-            sk = min(max(int64(seqlens[b]), 0), int64(table.shape[1]) * k.shape[1])
+        n_blocks, bs = k.shape[0], k.shape[1]  # (paged: the pool)
+        # the tiles of split z, in rounds of W tiles (one a warp, adjacent keys): with
+        # kv_chunk its kv_chunk keys from a0, round after round; else the Z splits are
+        # dealt the rounds of the rows' keys in turn — split z takes rounds z, z + Z, … —
+        # so a tile's place needs no sequence length (a0 = 0 unless a window moves it)
+        if kv_chunk > 0:
+            a0, first, stride = z * kv_chunk, int64(0), int64(1)
         else:
-            sk = int64(k.shape[2])
+            a0, first, stride = int64(0), int64(z), int64(splits)
+        u0 = first * W + warp  # the warp's first tile: tiles u0, u0 + stride·W, …
+        step = stride * (W * BC)  # keys from one of the warp's tiles to its next
+        # paged: the blocks of the warp's first copies (:func:`advance`), read before
+        # seqlens[b] has arrived — "pages": those of its first 32 tiles (and of the next
+        # 32); "rows": the rows of its first tile
+        sk = int64(seqlens[b]) if paged else int64(k.shape[2])  # (its load issued first)
+        pg0, pg1 = int32(0), int32(0)
+        if paged and table.shape[1] > 0:
+            more = a0 + u0 * BC + 32 * step < int64(table.shape[1]) * bs  # a 33rd tile fits
+            pg0, pg1 = tile_pages(table, b, a0 + u0 * BC, step if whole else 1,
+                                  (2 if more else 1) if whole else (2 if BC > 32 else 1),
+                                  n_blocks, bs, page_shift, lane)
+        if paged:  # clamped to the table row: an unchecked length reads nothing outside it
+            sk = min(max(sk, 0), int64(table.shape[1]) * bs)
         shift = sk - sq  # the Sq queries are the last Sq positions
         n_rows = group * sq
         pr0 = rc * RB  # the block's packed rows pr0 … pr0 + RB − 1
         i_first = jit.udivmod(pr0, group)[0]
         i_last = jit.udivmod(min(pr0 + RB, n_rows) - 1, group)[0]
         lo, hi = vis.key_range(i_first, i_last, shift, left, right, 0, sk)
-        if kv_chunk > 0:  # splits of exactly kv_chunk positions
-            a, e = max(lo, z * kv_chunk), min(hi, z * kv_chunk + kv_chunk)
-        else:  # Z even shares of whole tiles of the keys the rows see
-            per = -(-max(hi - lo, 0) // (splits * BC)) * BC
-            a = lo + z * per
-            e = min(hi, a + per)
+        if kv_chunk > 0:  # the split's keys [a, e): seen by the rows, inside its chunk
+            a, e = max(lo, a0), min(hi, a0 + kv_chunk)
+        else:
+            a, e = lo, hi
         zero, neg_inf = f32(0.0), f32(-math.inf)
         sc = f32(abs(scale))
         c2 = sc * f32(LOG2E)  # exp(sc·x) = exp2(c2·x)
@@ -211,22 +245,19 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
         smem = cuda.shared.array(0, numba.uint16)  # W × stages × (K_j: Bc×KS, V_j: Bc×VS)
         mine = warp * ST * TILE  # this warp's buffers
         n_tiles = (e - a + BC - 1) // BC if e > a else 0
-        count = (n_tiles - warp + W - 1) // W if n_tiles > warp else 0  # the warp's tiles
-        n_blocks, bs = k.shape[0], k.shape[1]  # (paged: the pool)
-        # paged: the blocks of the next copies (:func:`advance`) — ``whole``: those of the
-        # warp's first 32 tiles (and of the next 32); else the rows of its first tile
-        whole = paged and page_shift >= 0 and (1 << page_shift) >= BC and (a & (BC - 1)) == 0
-        pg0, pg1 = int32(0), int32(0)
-        if count > 0:
-            pg0, pg1 = tile_pages(table, b, a + warp * BC, W * BC if whole else 1,
-                                  (2 if count > 32 else 1) if whole else (2 if BC > 32 else 1),
-                                  e, n_blocks, bs, page_shift, lane)
+        count = int64(0)  # the warp's tiles: u0, u0 + stride·W, … below n_tiles
+        if n_tiles > u0:
+            count = jit.udivmod(n_tiles - u0 + stride * W - 1, stride * W)[0]
+        key_w = a + u0 * BC  # the warp's first key; its tile it starts at key_w + it·step
+        if paged and not whole and count > 0 and a != a0:  # a window moved the tiles
+            pg0, pg1 = tile_pages(table, b, key_w, 1, 2 if BC > 32 else 1, n_blocks, bs,
+                                  page_shift, lane)
         for it in range(ST - 1):
             if it < count:
-                key0, at = a + (warp + it * W) * BC, mine + it * TILE
-                stage(smem, at, k, v, b, hk, key0, e, pg0, pg1, page_shift, lane, it, whole)
-                pg0, pg1 = advance(pg0, pg1, table, b, key0, it, count, e, n_blocks, bs,
-                                   page_shift, lane, whole)
+                key0, at = key_w + it * step, mine + it * TILE
+                stage(smem, at, k, v, b, hk, key0, e, pg0, pg1, page_shift, lane, it)
+                pg0, pg1 = advance(pg0, pg1, table, b, key0, it, count, step, n_blocks, bs,
+                                   page_shift, lane)
             cp_async_commit()  # (an empty group where there is no tile: the count stays right)
         # Q → A fragments: a0 (row g, cols 2t, 2t+1), a1 (row g+8), a2, a3 (cols + 8);
         # loaded while the first tiles' copies are in flight
@@ -259,13 +290,13 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, paged):
         v_lane = ((lane & 7) + 8 * ((lane >> 3) & 1)) * VS + 8 * (lane >> 4)
 
         for it in range(count):
-            j0 = a + (warp + it * W) * BC
+            j0 = key_w + it * step
             nxt = it + ST - 1  # its buffer held tile it − 1, which every lane is done with
             if nxt < count:
-                key0, at = a + (warp + nxt * W) * BC, mine + (nxt % ST) * TILE
-                stage(smem, at, k, v, b, hk, key0, e, pg0, pg1, page_shift, lane, nxt, whole)
-                pg0, pg1 = advance(pg0, pg1, table, b, key0, nxt, count, e, n_blocks, bs,
-                                   page_shift, lane, whole)
+                key0, at = key_w + nxt * step, mine + (nxt % ST) * TILE
+                stage(smem, at, k, v, b, hk, key0, e, pg0, pg1, page_shift, lane, nxt)
+                pg0, pg1 = advance(pg0, pg1, table, b, key0, nxt, count, step, n_blocks, bs,
+                                   page_shift, lane)
             cp_async_commit()
             wait_tile()  # this lane's copies of tile it have landed …
             cuda.syncwarp(FULL)  # … and every lane's: the warp may read the buffer
