@@ -147,7 +147,8 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, layout):
                 c = 8 * (idx - r * chunks)
                 key = min(key0 + r, e - 1)
                 blk0, blk1 = shfl2(pg0, pg1, r & 31)
-                row = key & ((1 << page_shift) - 1) if page_shift >= 0 else jit.udivmod(key, bs)[1]
+                row = (key & ((1 << page_shift) - 1) if page_shift >= 0
+                       else jit.udivmod(key, bs)[1])
                 cp_async16(smem, base + r * stride + c, x[blk1 if r >= 32 else blk0, :, hk],
                            row, min(c, n - 8), key0 + r < e and c < n)
 
@@ -178,10 +179,10 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, layout):
     def advance(pg0, pg1, table, b, key0, tile, count, step, n_blocks, bs, page_shift, lane):
         """Paged, after the warp staged its tile ``tile`` (keys from key0): the table
         entries its next copies need.  "pages": pg0 holds the blocks of the warp's
-        tiles 32c … 32c + 31, pg1 those of the next 32 (``step`` keys apart) — at the end of a batch pg1 moves
-        up and the batch after it is loaded, 32 tiles before its first copy.  Else: the
-        rows of the next tile, a tile ahead.  (A table load a tile ahead had held every
-        copy back by its latency.)  Dense: nothing."""
+        tiles 32c … 32c + 31, pg1 those of the next 32 (``step`` keys apart) — at the end
+        of a batch pg1 moves up and the batch after it is loaded, 32 tiles before its
+        first copy.  "rows": the rows of the next tile, a tile ahead.  (A table load a
+        tile ahead had held every copy back by its latency.)  Dense: nothing."""
         if paged:
             if whole:
                 if (tile & 31) == 31:
