@@ -12,8 +12,8 @@ each, without the launch plans of ``ns.attention``), median of 5 such sets, inpu
 50 MB L2.  Bytes: K and V read once, 2·B·Hkv·ctx·D·2.  Every result is checked against
 float32 SDPA on the same inputs: the error must be at most 2× fp16 SDPA's (+1e-3 slack
 for rounding at the output's half ulp) — else the run exits 1 before any timing is kept.
-Paged caches of page size 16 and 256 beside them (a shuffled pool per input set, rotated
-as the dense caches are; before the twenty-fourth session the first set's pool only, so
+Paged caches of page size 16 and 256 beside them, where the free memory holds them (a
+shuffled pool per input set, built a sequence at a time, rotated as the dense caches are; before the twenty-fourth session the first set's pool only, so
 that the small caches' paged rows were read from the L2).  ``--sweep``: every tiles
 configuration at each shape, dense and paged (tiles inside a page); default: the chosen
 one and the CUDA-core kernel (``tiles=False``).  ``--configs``: sweep only these (warps,
@@ -53,8 +53,10 @@ def paged_copy(k, v, bs, gen):
     table = perm.view(b, per).to(torch.int32)
     pool_k = torch.empty(b * per, bs, hkv, d, device="cuda", dtype=k.dtype)
     pool_v = torch.empty_like(pool_k)
-    pool_k[perm] = k.view(b, hkv, per, bs, d).permute(0, 2, 3, 1, 4).reshape(b * per, bs, hkv, d)
-    pool_v[perm] = v.view(b, hkv, per, bs, d).permute(0, 2, 3, 1, 4).reshape(b * per, bs, hkv, d)
+    for i in range(b):  # a sequence at a time: no temporary the size of the whole cache
+        pages = perm[i * per:(i + 1) * per]  # sequence i's page j → pool block table[i, j]
+        pool_k[pages] = k[i].view(hkv, per, bs, d).permute(1, 2, 0, 3)
+        pool_v[pages] = v[i].view(hkv, per, bs, d).permute(1, 2, 0, 3)
     return pool_k, pool_v, table, torch.full((b,), ctx, device="cuda", dtype=torch.int32)
 
 
@@ -97,7 +99,7 @@ def case(batch, ctx, dtype, sweep, gen):
         if cfg and TC.Tiles(D, D, **cfg).shared > 227 * 1024:
             continue
         row(name, lambda i, cfg=cfg: DL.run(*dev[i], paged=False, tiles=cfg), outs[0][0])
-    if nbytes <= 12 << 30:  # (a paged copy beside the dense caches must fit)
+    if torch.cuda.mem_get_info()[0] > sets * nbytes + (2 << 30):  # (a pool beside the caches)
         for bs in (16, 256):  # a pool per set of inputs: rotated past the L2 as the dense
             pools = [paged_copy(k_, v_, bs, gen) for _, k_, v_ in data]
             args = [[nb(x) for x in (q_, *pool)] + [nb(x) for x in out]
