@@ -134,6 +134,26 @@ def test_paged_decode_many_tiles_a_warp():
     check(o.copy_to_host(), lse.copy_to_host(), *ref, F16, f"seed {seed}")
 
 
+@pytest.mark.parametrize("chunk", [32, 24], ids=["pages", "rows"])
+def test_paged_decode_in_chunks(chunk):
+    """Splits of exactly ``kv_chunk`` keys over pages of 16: a multiple of the 16-key tile
+    (layout "pages": every split's tiles inside one page) or not ("rows": tiles across
+    pages, the table entries read again where the split's first key moved); sequences of
+    73 and 9 keys, so the short one's later splits are empty and their table entries
+    (read before the length is known) are the table's unused −1s."""
+    assert KD.layout(True, 16, 16, vis.UNBOUNDED, chunk) == ("pages" if chunk == 32 else "rows")
+    rng, seed = fresh()
+    k_cache, v_cache, table, lengths = paged_cache(rng, [73, 9], 16, 2, 16, 16, F16, 1)
+    q = random(rng, (2, 8, 1, 16), F16, spread=1.5)
+    o, lse = poisoned(q.shape, F16), poisoned(q.shape[:3], F32)
+    KD.run(*(cuda.to_device(x) for x in (q, k_cache, v_cache)), o, lse, paged=True,
+           table=cuda.to_device(table), seqlens=cuda.to_device(lengths), kv_chunk=chunk,
+           causal=True, **SMALL)
+    ref = R.paged_attention(values(q), values(k_cache), values(v_cache), table, lengths,
+                            causal=True, return_lse=True)
+    check(o.copy_to_host(), lse.copy_to_host(), *ref, F16, f"seed {seed}, chunks of {chunk}")
+
+
 def test_dispatch():
     """Tensor cores for float16 / bfloat16 with D, Dv multiples of 8 up to 128, aligned
     rows and a usable scale; the CUDA-core kernel for the rest."""
