@@ -16,7 +16,8 @@
 2. Timing (this process alone, kernel time by CUDA events behind a sleeping kernel so
    that host launch overhead is not counted, median of 25, inputs rotated past L2):
    fp32 forward vs SDPA fp32 (TFLOP/s), a tile sweep at (4, 8, 4096, 64), dense GQA
-   forward vs the same call with expanded heads, and decoding (Hq 32, Hkv 8, D 128,
+   forward vs the same call with expanded heads (fp32 on CUDA cores, fp16 on tensor
+   cores), and decoding (Hq 32, Hkv 8, D 128,
    fp16; bf16 at a few points): SDPA's dense GQA decode, our dense split-KV decode and
    paged decode (pages 16, and 256 at B = 1) — GB/s of K/V cache read.
 Prints one table per part and the targets of issues #14/#17 beside the numbers.
@@ -366,6 +367,22 @@ def time_forward(torch, timer, rows):
     t_exp = timer(lambda i: KA.launch(nb(q), nb(ke), nb(ve), nb(o), nb(lse)), n=10)
     rows.append(("forward fp32 GQA", f"B2 Hq32 Hkv8 S{s} D{d}", "GQA vs expanded",
                  flops / t_gqa / 1e12, flops / t_exp / 1e12, "TFLOP/s"))
+    # the same on tensor cores (fp16, D 128, causal and not): the forward fp16/bf16 takes
+    from numba_softmax.kernels import attention_tc as KT
+
+    d = 128
+    q = torch.randn(b, hq, s, d, device="cuda", dtype=torch.float16)
+    k, v = (torch.randn(b, hkv, s, d, device="cuda", dtype=torch.float16) for _ in range(2))
+    ke, ve = (x.repeat_interleave(hq // hkv, dim=1).contiguous() for x in (k, v))
+    o, lse = torch.empty_like(q), torch.empty(b, hq, s, device="cuda")
+    for causal in (False, True):
+        flops = 4 * b * hq * s * s * d // (2 if causal else 1)
+        t_gqa = timer(lambda i: KT.launch(nb(q), nb(k), nb(v), nb(o), nb(lse), causal=causal), n=10)
+        t_exp = timer(lambda i: KT.launch(nb(q), nb(ke), nb(ve), nb(o), nb(lse), causal=causal),
+                      n=10)
+        rows.append(("forward fp16 GQA (tensor cores)",
+                     f"B2 Hq32 Hkv8 S{s} D{d} {'causal' if causal else 'full'}", "GQA vs expanded",
+                     flops / t_gqa / 1e12, flops / t_exp / 1e12, "TFLOP/s"))
 
 
 def time_decode(torch, timer, rows):
