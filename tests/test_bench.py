@@ -17,7 +17,7 @@ from _helpers import SIMULATOR
 from numba_softmax import bench
 from numba_softmax import reference as R
 from numba_softmax.bench import attention as battn
-from numba_softmax.bench import cli, report, results, timing
+from numba_softmax.bench import cli, report, results, targets, timing
 from numba_softmax.bench.results import Bounds, ImpossibleFigure, Result
 
 
@@ -93,6 +93,44 @@ def test_softmax_backward_rows_are_held_to_their_own_torch_backward():
     results.derive([sm, t_sm, lsm, t_lsm], Bounds(copy_gbps=8000.0))
     assert sm.x_torch == pytest.approx(4.0) and lsm.x_torch == pytest.approx(2.0)
     assert t_sm.x_torch == pytest.approx(1.0) and t_lsm.x_torch == pytest.approx(1.0)
+
+
+def test_targets_judge_the_best_method_its_peers_and_the_worst_row():
+    """Issue 13's targets: the fastest of our methods per problem, against the copy and
+    every peer; a target is met only if all its rows pass, and names its worst row."""
+    m, n = 16, 2**20  # 16 × 1M and 32 × 512K float32: 64 MB problems
+    kw = dict(M=m, N=n, bytes=2 * m * n * 4)
+    rows = [_row(impl="fused", median_ms=0.05, model_bytes=2 * m * n * 4, **kw),
+            _row(impl="online", median_ms=0.06, model_bytes=3 * m * n * 4, **kw),
+            _row(impl="torch", median_ms=0.10, **kw),
+            _row(impl="triton tutorial", median_ms=0.055, **kw)]
+    kw.update(M=2 * m, N=n // 2)
+    rows += [_row(impl="fused", median_ms=0.08, model_bytes=2 * m * n * 4, **kw),
+             _row(impl="triton seed001", median_ms=0.07, **kw)]
+    results.derive(rows, Bounds(copy_gbps=3000.0))  # 0.05 ms: 2684 GB/s = 89.5 %
+    got = {v.target: v for v in targets.softmax(rows)}
+    best = got["best ≥ 90 % of copy, float32, 32 MB … 128 × 1M"]
+    assert (best.status, best.passed) == ("MISSED", "0/2") and "float32 32x524288: 55.9 %" in best.worst
+    peers = got["best ≥ every peer (torch, Triton tutorial, seed 001), every shape"]
+    assert peers.status == "MISSED" and peers.passed == "1/2"
+    assert "against triton seed001" in peers.worst and "0.875" in peers.worst
+    assert got["geomean of best × torch ≥ 1.5"].status == "met"  # 2× torch, its one problem
+    assert got["best ≥ 75 % of copy at 1 × 16M (float32)"].status == "not measured"
+    own = got["online ≥ 85 % of its own traffic bound, every shape"]
+    assert own.status == "met" and own.passed == "1/1"  # 3 passes in 0.06 ms: 112 %
+
+
+def test_targets_at_most_and_the_table():
+    """A ceiling (top-k's ≤ 20 µs at B 1) fails above it; the table names issue and row."""
+    fast = _row(suite="topk", impl="softmax_topk", M=1, N=128256, k=8, median_ms=0.0157)
+    slow = _row(suite="topk", impl="softmax_topk", M=1, N=128256, k=50, median_ms=0.0212)
+    verdicts = [v for v in targets.topk([fast, slow]) if "µs" in v.target]
+    assert verdicts[0].status == "MISSED" and "k50: 21.2 µs" in verdicts[0].worst
+    assert targets.topk([fast])[2].status == "met"
+    text = targets.format_targets(verdicts)
+    assert "== targets ==" in text and "#18" in text and "docs/targets.md" in text
+    assert targets.format_targets([]) == ""
+    assert targets.evaluate([fast]) == targets.topk([fast])  # only the sections that ran
 
 
 @pytest.mark.parametrize("row, bounds, says", [
@@ -241,6 +279,7 @@ def test_sim_smoke_end_to_end(tmp_path, capsys):
     assert out.count("device:") == 1  # the header, once
     assert "== softmax ==" in out and "== overhead ==" in out
     assert "topk: skipped" in out or ("topk", "softmax_topk", "kernel") in by
+    assert "== targets ==" in out and "times mean nothing" in out
 
 
 @pytest.mark.skipif(not SIMULATOR, reason="on a GPU it takes minutes and saves a table")

@@ -35,7 +35,11 @@ Sanity check (:mod:`.results`): a GB/s above 105 % of the copy measured in the s
 peak, or a TFLOP/s above the device's dense peak, **stops the program** with a message
 — such a figure is a measurement bug and is never printed as a result (exit status 3).
 
-Outputs in ``--out`` (default ``bench-out/``): ``results.txt`` (the tables),
+After the tables, ``== targets ==``: each issue's speed target (13, 15, 17, 18) judged on
+this run's kernel rows — met, MISSED with the worst row, or not measured (:mod:`.targets`;
+why each miss stands: ``docs/targets.md``).
+
+Outputs in ``--out`` (default ``bench-out/``): ``results.txt`` (the tables and targets),
 ``results.csv`` and the plots ``softmax_gbps.png``, ``attention_tflops.png``,
 ``decode_gbps.png`` (with matplotlib).
 

@@ -8,7 +8,7 @@ import time
 import traceback
 
 from .._sim import simulator_enabled
-from . import env, report
+from . import env, report, targets
 from .context import Bench, Config, Skip
 from .results import ImpossibleFigure, check, derive
 
@@ -167,6 +167,8 @@ def main(argv=None):
     extra = {k: meta[k] for k in ("copy bandwidth", "read bandwidth", "peaks", "timing", "mode")
              if k in meta}
     text = report.format_report(b.results, b.skipped, times)
+    judged = targets.format_targets(targets.evaluate(b.results), sim)
+    text += "\n\n" + judged if judged else ""
     print("\n" + report.format_header(extra) + "\n\n" + text)
 
     os.makedirs(args.out, exist_ok=True)
