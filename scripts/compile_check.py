@@ -455,7 +455,7 @@ def _backward():
     bwd = lambda d, lse="f32": (C(ST[d], 4),) * 4 + (C(ST[lse], 3), C(ACC[d], 3), C(ACC[d], 4),  # noqa: E731
                                                      C(ST[d], 4), C(ST[d], 4), float64, int64, int64)
     AB = "kernels.attention_backward:kernel"
-    for d, hd, tiles, lse in (("f32", 64, (64, 64, 4), "f32"), ("f32", 128, (64, 32, 4), "f32"),
+    for d, hd, tiles, lse in (("f32", 64, (64, 64, 4), "f32"), ("f32", 128, (32, 32, 4), "f32"),
                               ("f64", 64, (32, 32, 4), "f64"), ("f16", 64, (64, 64, 4), "f32")):
         out.append(Entry("attention_backward", f"{d} D{hd} {'x'.join(map(str, tiles))}"
                          + (" scale 0" if d == "f16" else ""), AB, (NP[d], hd, hd) + tiles, bwd(d, lse),

@@ -28,6 +28,7 @@ QUICK = {"float32": ((16384, 1024), (4096, 8192), (1024, 65536), (256, 262144),
                      (1, 16777216)),  # 1024 × 65536: rows past one block (cluster, group)
          "float16": ((16384, 1024), (1024, 65536), (256, 262144)),
          "bfloat16": ((16384, 1024), (256, 262144))}
+SAME_SIZE_COPY = "copy (same bytes)"  # the row of a device copy of the problem's own bytes
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2, "float64": 1e-5}  # max |p − p_fp32|
 
 
@@ -68,6 +69,11 @@ def one_shape(b, m, n, dtype):
         _timed(b, f"{method} {m}x{n} {dtype}", enqueue, k, check, ys, impl=method,
                level="kernel", array="numba", note=note,
                model_bytes=model * m * n * item if model else None, **row)
+
+    # the same bytes copied (read once, written once): what a problem of this size can
+    # reach, beside the large copy the "% copy" column divides by
+    _timed(b, f"copy {m}x{n} {dtype}", lambda i: ys[i].copy_to_device(xs[i], stream=b.stream),
+           k, None, None, impl=SAME_SIZE_COPY, level="kernel", array="numba", **row)
 
     kind = b.user_kind(dtype)
     user = [b.view(x, kind) for x in xs]
