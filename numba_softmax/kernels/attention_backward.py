@@ -94,7 +94,7 @@ def fit_tiles(d, dv, itemsize=4, small=False):
 
     At D = 128 the tiles are the multiprocessor's occupancy: 64×32 take 117 KB of shared
     memory, one block of 4 warps a multiprocessor; 32×32 take 75 KB, three blocks (12
-    warps, 168 registers a thread).  H200, float32, B 4 × H 8 × S 4096: 9.6 → 15.7
+    warps, 148 registers a thread).  H200, float32, B 4 × H 8 × S 4096: 9.6 → 15.7
     TFLOP/s, 0.26 → 0.43× SDPA's backward; 64×64 × 8 warps 15.9, 128×32 × 8 12.4,
     64×32 × 8 11.2, 32×16 × 4 10.9 (thirty-seventh session)."""
     if small:
