@@ -13,6 +13,7 @@ import dataclasses
 # numba_softmax.kernels.methods has no TRAFFIC table of its own.
 TRAFFIC = {"three_pass": 4, "online": 3, "split": 3, "fused": 2, "onchip": 2, "cluster": 2}
 TOLERANCE = 1.05  # a figure above 105 % of its ceiling is impossible
+SAME_SIZE_COPY = "copy (same bytes)"  # softmax: a device copy of the problem's own bytes
 # The rows "x torch" divides by: torch's implementation of the same problem.
 TORCH_IMPLS = ("torch", "torch.sdpa", "torch.backward", "torch.softmax_backward",
                "torch.log_softmax_backward", "torch.topk(softmax)")

@@ -20,7 +20,7 @@ float32 once (where torch is present) before it is timed.
 from ..kernels import methods
 from ..kernels.epilogue import SOFTMAX
 from .context import ITEMSIZE, Skip, WrongResult
-from .results import method_traffic, softmax_bytes
+from .results import SAME_SIZE_COPY, method_traffic, softmax_bytes
 
 SHAPES = ((16384, 1024), (8192, 4096), (4096, 8192), (2048, 16384), (1024, 65536),
           (256, 262144), (128, 1048576), (1, 16777216))
@@ -28,7 +28,6 @@ QUICK = {"float32": ((16384, 1024), (4096, 8192), (1024, 65536), (256, 262144),
                      (1, 16777216)),  # 1024 × 65536: rows past one block (cluster, group)
          "float16": ((16384, 1024), (1024, 65536), (256, 262144)),
          "bfloat16": ((16384, 1024), (256, 262144))}
-SAME_SIZE_COPY = "copy (same bytes)"  # the row of a device copy of the problem's own bytes
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2, "float64": 1e-5}  # max |p − p_fp32|
 
 

@@ -12,10 +12,11 @@ the measurement that explains it — is written in ``docs/targets.md``.
 import dataclasses
 import math
 
+from .context import ITEMSIZE
+from .results import SAME_SIZE_COPY as COPY
+
 MB = 2**20
-COPY = "copy (same bytes)"  # :data:`.softmax.SAME_SIZE_COPY`
 PEERS = ("torch", "cupy", "triton tutorial", "triton seed001", COPY)  # softmax rows not ours
-ITEM = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
 
 @dataclasses.dataclass
@@ -118,7 +119,7 @@ def backward(results):
     attn = [r for r in rows if r.impl == "attention_backward"]
     return [
         judge(15, "softmax / log_softmax backward ≥ 85 % of copy, ≥ 32 MB",
-              [r for r in mine if r.M * r.N * ITEM[r.dtype] >= 32 * MB], lambda r: r.pct_copy,
+              [r for r in mine if r.M * r.N * ITEMSIZE[r.dtype] >= 32 * MB], lambda r: r.pct_copy,
               least=85, unit=" %"),
         judge(15, "softmax / log_softmax backward ≥ torch's, every shape", mine,
               lambda r: r.x_torch, least=1.0, unit="× torch"),
