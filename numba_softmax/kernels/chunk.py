@@ -106,6 +106,8 @@ class Held(NamedTuple):
     load: object  # load(x, row, base, stop, t, h): the chunk as stored, −inf past stop
     state: object  # state(h) -> (max, Σ exp(v − max))
     write: object  # write(h, y, row, base, stop, t, m, c, mode): the outputs, stored
+    exps: object  # exps(h, e) -> state(h), leaving e[i] = exp(v_i − max) in float32
+    rescale: object  # rescale(e, y, row, base, stop, t, m_own, m, c): softmax from exps
 
 
 @functools.cache
@@ -114,8 +116,9 @@ def held(dtype, vpt, width, team, pack=True):
     a 32-bit register where the row takes 16-byte vectors, so that a thread holds as many
     bytes of a 16-bit row as of a float32 one in the same registers; other types one value
     a slot, as :func:`ops` holds them.  Each value is converted where it is used: once
-    for the max, once for the sum, once for the output — two ``exp`` a value (``ops``'s
-    ``exps`` would keep float32 exps: the registers this saves)."""
+    for the max, once for the sum, once for the output — two ``exp`` a value; or, with
+    ``exps`` and ``rescale``, the sum's exps kept in a float32 array for the output (one
+    ``exp`` a value, in the registers the pairs give up as it fills)."""
     acc = jit.accumulator(dtype)
     slot, slots, hold, get, put, give, renew = pairs.holder(dtype, vpt, width, team, pack,
                                                             -math.inf)
@@ -141,7 +144,29 @@ def held(dtype, vpt, width, team, pack=True):
             put(out, i, element(get(h, i), b, c, mode))
         give(out, y, row, base_, stop, t)
 
-    return Held(slot, slots, hold, state, write)
+    @jit.device
+    def exps(h, e):
+        m = acc(-math.inf)
+        for i in range(vpt):
+            m = nan_max(m, get(h, i))
+        renew(h)
+        b = base(m, acc(0.0))
+        s = acc(0.0)
+        for i in range(vpt):  # (a word of h dies as its second value is read)
+            e[i] = math.exp(get(h, i) - b)  # kept: the output is this times one factor
+            s += e[i]
+        return m, s
+
+    @jit.device
+    def rescale(e, y, row, base_, stop, t, m_own, m, c):
+        # as ops' rescale: exp(v − m)/ℓ = exp(v − m_own) · exp(m_own − m)/ℓ
+        f = math.exp(m_own - base(m, acc(0.0))) * c
+        out = cuda.local.array(slots, slot)
+        for i in range(vpt):
+            put(out, i, e[i] * f)
+        give(out, y, row, base_, stop, t)
+
+    return Held(slot, slots, hold, state, write, exps, rescale)
 
 
 @jit.device

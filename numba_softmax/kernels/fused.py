@@ -49,33 +49,46 @@ def kernel(dtype, vpt, mode, width, team, trace=False, pack=True):
     acc = jit.accumulator(dtype)
     hd = chunk.held(dtype, vpt, width, team, pack)
     slots, slot = hd.slots, hd.slot  # (compile-time constants for the register array)
+    paired = pack and pairs.packed(dtype, width)
     keep = mode == SOFTMAX and np.dtype(dtype) == np.float32  # exps kept: see below
-    options = compile_options(keep, pack and pairs.packed(dtype, width))
+    keep_pairs = mode == SOFTMAX and paired  # 16-bit pairs' exps kept in float32
+    options = compile_options(keep or keep_pairs, paired)
     store = jit.storer(dtype)
     io = chunk.ops(dtype, vpt, width)
+    kept = vpt if keep_pairs else 1  # float32 exps beside the pairs (1: none, compiled away)
 
     # float32 softmax keeps exp(v − m_t) in place of v (m_t: the thread's own max), so the
-    # write is one multiply a value — one exp a value, not two (16-bit values held in
-    # pairs would need twice the registers for them; log-softmax and logsumexp need no
-    # exps kept).  H200, float32, % of a same-size copy, kept against recomputed (both
-    # with launch bounds): 2048 × 16384 (512 × 32) 95.0 against 81.4, 16384 × 1024
-    # 98.4–98.6 against 97.4–97.8, 4096 × 8192 unchanged (95.5–96.6).
+    # write is one multiply a value — one exp a value, not two (log-softmax and logsumexp
+    # need no exps kept).  H200, float32, % of a same-size copy, kept against recomputed
+    # (both with launch bounds): 2048 × 16384 (512 × 32) 95.0 against 81.4, 16384 × 1024
+    # 98.4–98.6 against 97.4–97.8, 4096 × 8192 unchanged (95.5–96.6).  16-bit values held
+    # in pairs keep theirs too, in a float32 array e: the pairs die as e fills, so e
+    # takes the registers the float32 row would (ptxas: 64, no spills, 54 MUFU where the
+    # second exp took 85).  NOT YET TIMED on a GPU (branch gpu-next).
     if keep:
         @jit.device
-        def thread_state(h):
+        def thread_state(h, e):
             return io.exps(h)
 
         @jit.device
-        def write(h, y, row, n, t, m_t, m, c):
+        def write(h, e, y, row, n, t, m_t, m, c):
             io.rescale(h, m_t, m, c)  # exp(v − m)/ℓ = exp(v − m_t) · exp(m_t − m)/ℓ
             io.store(y, row, 0, n, t, team, h)
+    elif keep_pairs:
+        @jit.device
+        def thread_state(h, e):
+            return hd.exps(h, e)
+
+        @jit.device
+        def write(h, e, y, row, n, t, m_t, m, c):
+            hd.rescale(e, y, row, 0, n, t, m_t, m, c)  # the same, from e, packed to store
     else:
         @jit.device
-        def thread_state(h):
+        def thread_state(h, e):
             return hd.state(h)
 
         @jit.device
-        def write(h, y, row, n, t, m_t, m, c):
+        def write(h, e, y, row, n, t, m_t, m, c):
             hd.write(h, y, row, 0, n, t, m, c, mode)  # exp(v − m)/ℓ, the exp taken again
 
     @jit.device
@@ -87,16 +100,17 @@ def kernel(dtype, vpt, mode, width, team, trace=False, pack=True):
         m_slots = cuda.shared.array(64, acc)
         l_slots = cuda.shared.array(64, acc)
         h = cuda.local.array(slots, slot)  # this thread's values as stored, in registers
+        e = cuda.local.array(kept, acc)  # their exps, where pairs keep them
 
         hd.load(x, row, 0, n, t, h)  # 1. load: the row is one chunk
-        m_t, l = thread_state(h)  # 2. this thread's state: its max, then Σ exp(v − max)
+        m_t, l = thread_state(h, e)  # 2. this thread's state: its max, then Σ exp(v − max)
         m, l = team_combine_traced(m_t, l, m_slots, l_slots, team, tr)  # 3. the row's state
         c = row_constant(m, l, acc(1.0), mode)
         if mode == LOGSUMEXP:
             if t == 0 and row < x.shape[0]:
                 y[row, 0] = store(c)
             return
-        write(h, y, row, n, t, m_t, m, c)  # 4. exp(v − m)/ℓ from registers, written once
+        write(h, e, y, row, n, t, m_t, m, c)  # 4. exp(v − m)/ℓ from registers, written once
 
     if trace:
         @jit.kernel
