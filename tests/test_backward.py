@@ -509,7 +509,9 @@ def test_tiles_are_checked(monkeypatch):
         KA.check_tiles(24, 16, 4)
     offsets, total = KA.layout(64, 64, 64, 64)
     assert offsets[0] == 0 and total * 4 <= 227 * 1024  # fits an H100 block, 2 per SM
-    assert KA._p_stride(64) % 32 == 8
+    qs, vs, ps = KA.strides(128, 96, 32)  # rows read together start in different bank groups
+    assert (qs % 4, vs % 4, ps % 4) == (0, 0, 0) and (qs // 4) % 2 == (vs // 4) % 2 == (ps // 4) % 2 == 1
+    assert KA.layout(128, 128, 32, 32)[1] * 4 + 1024 <= 228 * 1024 // 3  # three blocks an SM
 
 
 # --- the public attention API -------------------------------------------------------------

@@ -31,14 +31,18 @@ tile (mostly from L2).  fp32 FMAs on CUDA cores, float16 and bfloat16 loaded int
 
 Thread layout (W warps; lane = 8·rg + cg, rg < 4 row groups, cg < 8 column groups)::
 
-    S, dP, dQ  rows  4·RPL·warp + rg + 4·i  (i < RPL)   Br = 4·RPL·W
-    S, dP      keys  cg + 8·jj              (jj < Bc/8)
-    dK, dV     keys  4·KPL·warp + rg + 4·a  (a < KPL)   Bc = 4·KPL·W
-    dK, dV, dQ cols  cg + 8·b               (b < ⌈D/8⌉)
+    S, dP, dQ  rows  4·RPL·warp + rg + 4·i          (i < RPL)   Br = 4·RPL·W
+    S, dP      keys  cg + 8·jj                      (jj < Bc/8)
+    dK, dV     keys  4·KPL·warp + KPL·rg + a        (a < KPL)   Bc = 4·KPL·W
+    dK, dV, dQ cols  VV·cg + 8·VV·(c // VV) + c % VV (c < ⌈D/8⌉; VV = 4, 2 or 1)
 
-Every tile lives once in (dynamic) shared memory, row-major with padded strides — odd for
-Q, dO, K, V, ≡ 8 (mod 32) for P and dS — so that every read of the inner loops, by rows
-or by columns, is free of bank conflicts.  NumPy twin:
+Every tile lives once in (dynamic) shared memory, row-major, and every operand of the
+five products is read 16 bytes at a time (:mod:`.attention_backward_products`): Q, dO, K,
+V along d with strides ⌈D/8⌉·8 + VW (VW values in 16 bytes; the stride/VW odd, so the 8
+keys or 4 rows a warp reads at once start in different bank groups), P and dS with stride
+Bc + VW, a lane's keys of dK, dV consecutive in a row of P or dS and its columns in
+vectors of VV.  LSE and D come from global memory (L1), so that 32 × 32 tiles at D = 128
+take 75 KB and three blocks still fit a multiprocessor.  NumPy twin:
 :func:`numba_softmax.reference.attention_backward`.
 """
 
@@ -50,32 +54,30 @@ from numba import cuda
 
 from ..combine import weight_device
 from . import attention_backward_io as io
+from . import attention_backward_products as products
 from . import jit, launcher
 from .jit import accumulator
 from .flash_tiles import shared_limit
 
 MAX_HEAD_DIM = 128
-GROUP = 8  # column groups per warp: lanes that share a row
+GROUP = products.GROUP  # column groups per warp: lanes that share a row
 
 
 def _pad8(n):
     return GROUP * -(-n // GROUP)
 
 
-def _p_stride(bc):
-    """Row stride of P and dS: ≡ 8 (mod 32), so the 4 row groups of a warp writing a row
-    each hit 4 different sets of 8 banks."""
-    s = bc
-    while s % 32 != 8:
-        s += 1
-    return s
+def strides(d, dv, block_k, vw=4):
+    """Row strides of (Q and K, dO and V, P and dS) for ``vw`` values a 16-byte read: each
+    a multiple of vw with stride/vw odd, so that rows read together start in different
+    16-byte bank groups."""
+    return _pad8(d) + vw, _pad8(dv) + vw, block_k + vw
 
 
-def layout(d, dv, block_q, block_k):
-    """Offsets (in values) of the shared tiles Q, dO, K, V, P, dS, LSE, D, and the total."""
-    qs, vs, ps = _pad8(d) + 1, _pad8(dv) + 1, _p_stride(block_k)
-    sizes = (block_q * qs, block_q * vs, block_k * qs, block_k * vs, block_q * ps,
-             block_q * ps, block_q, block_q)
+def layout(d, dv, block_q, block_k, vw=4):
+    """Offsets (in values) of the shared tiles Q, dO, K, V, P, dS, and the total."""
+    qs, vs, ps = strides(d, dv, block_k, vw)
+    sizes = (block_q * qs, block_q * vs, block_k * qs, block_k * vs, block_q * ps, block_q * ps)
     offsets, total = [], 0
     for size in sizes:
         offsets.append(total)
@@ -102,7 +104,8 @@ def fit_tiles(d, dv, itemsize=4, small=False):
     first = (32, 32) if itemsize == 8 else (64, 64) if max(d, dv) <= 64 else (32, 32)
     value = 8 if itemsize == 8 else 4  # the accumulator's bytes
     fit = launcher.first_fitting(TILINGS[TILINGS.index(first):],
-                                 lambda t: layout(d, dv, *t)[1] * value, shared_limit())
+                                 lambda t: layout(d, dv, *t, 16 // value)[1] * value,
+                                 shared_limit())
     if fit is None:
         raise ValueError(f"head dimensions D={d}, Dv={dv} do not fit in shared memory")
     return fit + (4,)
@@ -110,39 +113,12 @@ def fit_tiles(d, dv, itemsize=4, small=False):
 
 def check_tiles(block_q, block_k, warps):
     """ValueError unless (Br, Bc, W) is a tiling the kernel supports: Br and Bc multiples of
-    4·W (and Bc of 8), 1 <= W <= 8, Br <= 32·W (one thread stages each row's LSE and D)."""
-    if not 1 <= warps <= 8 or block_q > 32 * warps:
-        raise ValueError(f"tiles Br={block_q} with W={warps} warps: 1 <= W <= 8 and Br <= 32·W")
+    4·W (and Bc of 8), 1 <= W <= 8."""
+    if not 1 <= warps <= 8:
+        raise ValueError(f"tiles Br={block_q} with W={warps} warps: 1 <= W <= 8")
     if block_q % (4 * warps) or block_k % (4 * warps) or block_k % GROUP or not block_q * block_k:
         raise ValueError(f"tiles Br={block_q}, Bc={block_k} need multiples of 4·W = "
                          f"{4 * warps} (and Bc of {GROUP})")
-
-
-@functools.cache
-def outer_product(dtype, rows, cols):
-    """Device function ``outer(t, sm, n, a0, a_row, a_k, b0, b_col, b_k)``: the (rows × cols)
-    register tile t += Σ_k a_k ⊗ b_k over n steps k, where a_k[i] = sm[a0 + i·a_row + k·a_k]
-    and b_k[j] = sm[b0 + j·b_col + k·b_k] — one thread's share of a product of two shared
-    tiles, rows·cols FMAs for rows + cols shared loads per step.  (A while loop: its counter
-    is provably >= 0, so the addresses need no negative-index fix-up.)"""
-    acc = accumulator(dtype)
-
-    @jit.device
-    def outer(t, sm, n, a0, a_row, a_k, b0, b_col, b_k):
-        a = cuda.local.array(rows, acc)
-        b = cuda.local.array(cols, acc)
-        k = 0
-        while k < n:
-            for i in range(rows):
-                a[i] = sm[a0 + i * a_row + k * a_k]
-            for j in range(cols):
-                b[j] = sm[b0 + j * b_col + k * b_k]
-            for i in range(rows):
-                for j in range(cols):
-                    t[i, j] += a[i] * b[j]
-            k += 1
-
-    return outer
 
 
 @functools.cache
@@ -152,12 +128,16 @@ def kernel(dtype, d, dv, block_q, block_k, warps):
     BR, BC, T = block_q, block_k, 32 * warps
     RPL, KPL, CPL = BR // (4 * warps), BC // (4 * warps), BC // GROUP
     ND, NV = _pad8(d) // GROUP, _pad8(dv) // GROUP
-    QS, VS, PS = _pad8(d) + 1, _pad8(dv) + 1, _p_stride(BC)
-    (Q0, O0, K0, V0, P0, S0, L0, D0), _ = layout(d, dv, BR, BC)
+    VW = products.vector_width(dtype)
+    VD, VV = products.column_vector(ND, VW), products.column_vector(NV, VW)  # column vectors
+    DL, DVL = -(-d // VW) * VW, -(-dv // VW) * VW  # the d loops, in whole vectors
+    QS, VS, PS = strides(d, dv, BC, VW)
+    (Q0, O0, K0, V0, P0, S0), _ = layout(d, dv, BR, BC, VW)
     stage_q, stage_o = io.stager(dtype, T, BR, _pad8(d)), io.stager(dtype, T, BR, _pad8(dv))
     stage_k, stage_v = io.stager(dtype, T, BC, _pad8(d)), io.stager(dtype, T, BC, _pad8(dv))
-    rows_x_keys, keys_x_d = outer_product(dtype, RPL, CPL), outer_product(dtype, KPL, ND)
-    keys_x_dv, rows_x_d = outer_product(dtype, KPL, NV), outer_product(dtype, RPL, ND)
+    rows_x_keys = products.along(dtype, RPL, CPL)
+    keys_x_d, keys_x_dv = products.down(dtype, KPL, ND, VD), products.down(dtype, KPL, NV, VV)
+    rows_x_d = products.across(dtype, RPL, ND, VD)
 
     @jit.kernel
     def backward(do, q, k, v, lse, delta, dq_acc, dk, dv_out, scale, left, right):
@@ -173,7 +153,7 @@ def kernel(dtype, d, dv, block_q, block_k, warps):
         sq, sk = q.shape[2], k.shape[2]
         shift = sk - sq  # query i sees key j iff −left <= j − (i + shift) <= right
         j0 = cuda.blockIdx.x * BC
-        row0, key0 = warp * 4 * RPL, warp * 4 * KPL
+        row0, key0 = warp * 4 * RPL, warp * 4 * KPL + KPL * rg  # the lane's first row, key
         sc, zero, one, inf = acc(scale), acc(0.0), acc(1.0), acc(math.inf)
         sm = cuda.shared.array(0, acc)  # all tiles, flat (see layout())
         i_lo, i_hi = 0, sq  # the query rows that see some key of this tile
@@ -204,23 +184,24 @@ def kernel(dtype, d, dv, block_q, block_k, warps):
                 cuda.syncthreads()  # every warp is done with the last Q_i, dO_i, P, dS
                 stage_q(sm, Q0, QS, q, b, h, i0, sq, d, one)
                 stage_o(sm, O0, VS, do, b, h, i0, sq, dv, one)
-                if tid < BR:  # LSE = −inf (a row that saw no key) and rows ≥ Sq: +inf, P = 0
-                    val = inf
-                    if i0 + tid < sq and lse[b, h, i0 + tid] != -inf:
-                        val = acc(lse[b, h, i0 + tid])
-                    sm[L0 + tid] = val
-                    sm[D0 + tid] = delta[b, h, i0 + tid] if i0 + tid < sq else zero
-                cuda.syncthreads()  # Q_i, dO_i, LSE_i, D_i (and K_j, V_j) are complete
+                # each row's LSE and D, from global memory (the 8 lanes of a row read one
+                # value); LSE = −inf (a row that saw no key) and rows ≥ Sq: +inf, so P = 0
+                for i in range(RPL):
+                    row = i0 + row0 + rg + 4 * i
+                    xa[i], xc[i] = inf, zero
+                    if row < sq:
+                        xc[i] = delta[b, h, row]
+                        if lse[b, h, row] != -inf:
+                            xa[i] = acc(lse[b, h, row])
+                cuda.syncthreads()  # Q_i, dO_i (and K_j, V_j) are complete
 
                 # S = Q_i (scale·K_j)ᵀ and dP = dO_i V_jᵀ: products over d
                 for i in range(RPL):
                     for jj in range(CPL):
                         s[i, jj] = zero
                         dp[i, jj] = zero
-                rows_x_keys(s, sm, d, Q0 + (row0 + rg) * QS, 4 * QS, 1,
-                            K0 + cg * QS, GROUP * QS, 1)
-                rows_x_keys(dp, sm, dv, O0 + (row0 + rg) * VS, 4 * VS, 1,
-                            V0 + cg * VS, GROUP * VS, 1)
+                rows_x_keys(s, sm, DL, Q0 + (row0 + rg) * QS, 4 * QS, K0 + cg * QS, GROUP * QS)
+                rows_x_keys(dp, sm, DVL, O0 + (row0 + rg) * VS, 4 * VS, V0 + cg * VS, GROUP * VS)
 
                 # P = exp(S − LSE), 0 outside the row's visible keys [lo, hi] of this tile;
                 # dS = P ∘ (dP − D); both to shared memory
@@ -231,8 +212,6 @@ def kernel(dtype, d, dv, block_q, block_k, warps):
                         hi[i] = min(hi[i], row + shift + right - j0)
                     if left >= 0:
                         lo[i] = max(lo[i], row + shift - left - j0)
-                    xa[i] = sm[L0 + row0 + rg + 4 * i]
-                    xc[i] = sm[D0 + row0 + rg + 4 * i]
                 for i in range(RPL):
                     for jj in range(CPL):
                         c = cg + GROUP * jj
@@ -247,29 +226,32 @@ def kernel(dtype, d, dv, block_q, block_k, warps):
 
                 # dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i (times scale once, at the end):
                 # products over the Br rows
-                keys_x_dv(dv_acc, sm, BR, P0 + key0 + rg, 4, PS, O0 + cg, GROUP, VS)
-                keys_x_d(dk_acc, sm, BR, S0 + key0 + rg, 4, PS, Q0 + cg, GROUP, QS)
+                keys_x_dv(dv_acc, sm, BR, P0 + key0, PS, O0 + VV * cg, VS)
+                keys_x_d(dk_acc, sm, BR, S0 + key0, PS, Q0 + VD * cg, QS)
 
                 # dQ_i += dS (scale·K_j): a product over the Bc keys, added atomically
                 for i in range(RPL):
                     for c in range(ND):
                         dq_t[i, c] = zero
-                rows_x_d(dq_t, sm, BC, S0 + (row0 + rg) * PS, 4 * PS, 1, K0 + cg, GROUP, QS)
+                rows_x_d(dq_t, sm, BC, S0 + (row0 + rg) * PS, 4 * PS, K0 + VD * cg, QS)
                 for i in range(RPL):
                     r = i0 + row0 + rg + 4 * i
                     for c in range(ND):
-                        if r < sq and cg + GROUP * c < d:
-                            cuda.atomic.add(dq_acc, (b, h, r, cg + GROUP * c), dq_t[i, c])
+                        col = VD * cg + GROUP * VD * (c // VD) + c % VD
+                        if r < sq and col < d:
+                            cuda.atomic.add(dq_acc, (b, h, r, col), dq_t[i, c])
 
         for a in range(KPL):  # dK_j = scale·Σ dSᵀQ and dV_j: written once
-            key = j0 + key0 + rg + 4 * a
+            key = j0 + key0 + a
             if key < sk:
                 for c in range(ND):
-                    if cg + GROUP * c < d:
-                        dk[b, hkv, key, cg + GROUP * c] = store(dk_acc[a, c] * sc)
+                    col = VD * cg + GROUP * VD * (c // VD) + c % VD
+                    if col < d:
+                        dk[b, hkv, key, col] = store(dk_acc[a, c] * sc)
                 for c in range(NV):
-                    if cg + GROUP * c < dv:
-                        dv_out[b, hkv, key, cg + GROUP * c] = store(dv_acc[a, c])
+                    col = VV * cg + GROUP * VV * (c // VV) + c % VV
+                    if col < dv:
+                        dv_out[b, hkv, key, col] = store(dv_acc[a, c])
 
     return backward, T
 
@@ -289,7 +271,8 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), sc
         block_q, block_k, warps = tiles or fit_tiles(d, dvh, q.dtype.itemsize, small)
         check_tiles(block_q, block_k, warps)
         bwd, threads = kernel(q.dtype, d, dvh, block_q, block_k, warps)
-        shared = layout(d, dvh, block_q, block_k)[1] * (8 if acc_name == "float64" else 4)
+        value = 8 if acc_name == "float64" else 4
+        shared = layout(d, dvh, block_q, block_k, 16 // value)[1] * value
         launcher.launch(bwd, (-(-k.shape[2] // block_k), k.shape[0] * k.shape[1]), threads,
                         stream, (do, q, k, v, lse, delta, dq_acc, dk, dv, scale, left, right),
                         shared=shared)
