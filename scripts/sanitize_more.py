@@ -99,10 +99,10 @@ def backward_cases(sim):
 
         return run
 
-    def attn(sq, sk, causal):
+    def attn(sq, sk, causal, d=40):
         def run():
             rng = np.random.default_rng(sq + sk)
-            q, k, v = (rng.standard_normal((2, s, 40)).astype(np.float32) for s in (sq, sk, sk))
+            q, k, v = (rng.standard_normal((2, s, d)).astype(np.float32) for s in (sq, sk, sk))
             o, lse = ns.attention(q, k, v, causal=causal, return_lse=True)
             do = rng.standard_normal(o.shape).astype(np.float32)
             got = ns.attention_backward(do, q, k, v, o, lse, causal=causal)
@@ -143,6 +143,8 @@ def backward_cases(sim):
         for causal in (False, True):
             cases.append(Case(f"attention_backward:{sq}x{sk}:{'causal' if causal else 'full'}",
                               attn(sq, sk, causal)))
+    if not sim:  # D 128: 16-byte column vectors, dQ by red.global.add.v4 (sm_90)
+        cases.append(Case("attention_backward:70x70:D128:causal", attn(70, 70, True, 128)))
     torch = None if sim else _torch()
     if torch is not None:  # (the simulator's tensor-core emulation has its own tests)
         for dtype, name in ((torch.float16, "float16"), (torch.bfloat16, "bfloat16")):

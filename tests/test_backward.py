@@ -454,6 +454,7 @@ ATT_CASES = sized(
         (1, 1, 1, 20, 7, 8, 8, True, (-1, -1), None),     # whole tiles of rows that see nothing
         (1, 2, 1, 11, 17, 16, 8, False, (3, 2), None),    # a window, GQA
         (1, 1, 1, 17, 18, 8, 8, True, (5, -1), (16, 16, 2)),  # 2 rows and keys a lane
+        (1, 1, 1, 9, 10, 32, 32, False, (-1, -1), None),  # dQ in vectors of 4 (sm_90)
     ],
     [
         (2, 4, 4, 200, 333, 64, 64, False, (-1, -1), None),

@@ -104,6 +104,12 @@ def red_add_v2(arr, i, j, r, c, x, y):
         arr[i, j, r, c + 1] += np.float32(y)
 
 
+def red_add_v4(arr, i, j, r, c, v, o):
+    with _RED:
+        for e in range(4):
+            arr[i, j, r, c + e] += v[o + e]
+
+
 def cp_async_commit():
     pass
 

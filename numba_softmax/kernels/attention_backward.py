@@ -42,7 +42,11 @@ V along d with strides ⌈D/8⌉·8 + VW (VW values in 16 bytes; the stride/VW o
 keys or 4 rows a warp reads at once start in different bank groups), P and dS with stride
 Bc + VW, a lane's keys of dK, dV consecutive in a row of P or dS and its columns in
 vectors of VV.  LSE and D come from global memory (L1), so that 32 × 32 tiles at D = 128
-take 75 KB and three blocks still fit a multiprocessor.  NumPy twin:
+take 75 KB and three blocks still fit a multiprocessor.  The tiles arrive 16 bytes a load
+where the arrays allow it (:func:`.attention_backward_io.stager`), and on sm_90 a lane adds
+its 4 consecutive dQ columns in one ``red.global.add.v4.f32``.  H200, B 4 × H 8 × S 4096,
+TFLOP/s (``docs/algorithms/backward.md``, "Vector reads"): D 128 15.6 → 24.0–24.6 (0.42 →
+0.65–0.67× SDPA's backward), D 64 21.3 → 29.0–29.7.  NumPy twin:
 :func:`numba_softmax.reference.attention_backward`.
 """
 
@@ -55,9 +59,10 @@ from numba import cuda
 from ..combine import weight_device
 from . import attention_backward_io as io
 from . import attention_backward_products as products
-from . import jit, launcher
+from . import jit, launcher, tileio
 from .jit import accumulator
 from .flash_tiles import shared_limit
+from .mma import red_add_v4
 
 MAX_HEAD_DIM = 128
 GROUP = products.GROUP  # column groups per warp: lanes that share a row
@@ -95,10 +100,11 @@ def fit_tiles(d, dv, itemsize=4, small=False):
     the simulator's 8×8 tiles of 2 warps.
 
     At D = 128 the tiles are the multiprocessor's occupancy: 64×32 take 117 KB of shared
-    memory, one block of 4 warps a multiprocessor; 32×32 take 75 KB, three blocks (12
-    warps, 148 registers a thread).  H200, float32, B 4 × H 8 × S 4096: 9.6 → 15.7
-    TFLOP/s, 0.26 → 0.43× SDPA's backward; 64×64 × 8 warps 15.9, 128×32 × 8 12.4,
-    64×32 × 8 11.2, 32×16 × 4 10.9 (thirty-seventh session)."""
+    memory, one block of 4 warps a multiprocessor; 32×32 take 75 KB — exactly a third of
+    228 KB less the driver's 1 KB a block — so three blocks fit (12 warps; ptxas: 167
+    registers a thread, under the 168 that three blocks allow).  H200, float32, B 4 × H 8
+    × S 4096, with the 4-byte reads of then: 9.6 → 15.7 TFLOP/s; 64×64 × 8 warps 15.9,
+    128×32 × 8 12.4, 64×32 × 8 11.2, 32×16 × 4 10.9 (thirty-seventh session)."""
     if small:
         return 8, 8, 2
     first = (32, 32) if itemsize == 8 else (64, 64) if max(d, dv) <= 64 else (32, 32)
@@ -122,8 +128,9 @@ def check_tiles(block_q, block_k, warps):
 
 
 @functools.cache
-def kernel(dtype, d, dv, block_q, block_k, warps):
-    """The main backward kernel for one (dtype, D, Dv, Br, Bc, W): all compile-time."""
+def kernel(dtype, d, dv, block_q, block_k, warps, vec=1, red4=False):
+    """The main backward kernel for one (dtype, D, Dv, Br, Bc, W, values a global load,
+    dQ added 4 values an instruction): all compile-time."""
     acc, store = accumulator(dtype), jit.storer(dtype)
     BR, BC, T = block_q, block_k, 32 * warps
     RPL, KPL, CPL = BR // (4 * warps), BC // (4 * warps), BC // GROUP
@@ -133,11 +140,12 @@ def kernel(dtype, d, dv, block_q, block_k, warps):
     DL, DVL = -(-d // VW) * VW, -(-dv // VW) * VW  # the d loops, in whole vectors
     QS, VS, PS = strides(d, dv, BC, VW)
     (Q0, O0, K0, V0, P0, S0), _ = layout(d, dv, BR, BC, VW)
-    stage_q, stage_o = io.stager(dtype, T, BR, _pad8(d)), io.stager(dtype, T, BR, _pad8(dv))
-    stage_k, stage_v = io.stager(dtype, T, BC, _pad8(d)), io.stager(dtype, T, BC, _pad8(dv))
+    stage_q, stage_o = (io.stager(dtype, T, BR, _pad8(n), vec) for n in (d, dv))
+    stage_k, stage_v = (io.stager(dtype, T, BC, _pad8(n), vec) for n in (d, dv))
     rows_x_keys = products.along(dtype, RPL, CPL)
     keys_x_d, keys_x_dv = products.down(dtype, KPL, ND, VD), products.down(dtype, KPL, NV, VV)
     rows_x_d = products.across(dtype, RPL, ND, VD)
+    RED4 = red4 and VD == 4  # a lane's 4 consecutive dQ columns: one red.global.add.v4
 
     @jit.kernel
     def backward(do, q, k, v, lse, delta, dq_acc, dk, dv_out, scale, left, right):
@@ -167,6 +175,7 @@ def kernel(dtype, d, dv, block_q, block_k, warps):
         dk_acc = cuda.local.array((KPL, ND), acc)  # dK_j, dV_j: on chip for the whole block
         dv_acc = cuda.local.array((KPL, NV), acc)
         dq_t = cuda.local.array((RPL, ND), acc)
+        dq_v = cuda.local.array(4, acc)  # (RED4: one vector of dQ_i's columns)
         xa = cuda.local.array(RPL, acc)  # each row's LSE and D
         xc = cuda.local.array(RPL, acc)
         lo = cuda.local.array(RPL, numba.int64)  # each row's visible keys in the tile
@@ -236,10 +245,17 @@ def kernel(dtype, d, dv, block_q, block_k, warps):
                 rows_x_d(dq_t, sm, BC, S0 + (row0 + rg) * PS, 4 * PS, K0 + VD * cg, QS)
                 for i in range(RPL):
                     r = i0 + row0 + rg + 4 * i
-                    for c in range(ND):
-                        col = VD * cg + GROUP * VD * (c // VD) + c % VD
-                        if r < sq and col < d:
-                            cuda.atomic.add(dq_acc, (b, h, r, col), dq_t[i, c])
+                    if RED4:
+                        for u in range(ND // 4):
+                            if r < sq and 4 * cg + 32 * u < d:
+                                for e in range(4):
+                                    dq_v[e] = dq_t[i, 4 * u + e]
+                                red_add_v4(dq_acc, b, h, r, 4 * cg + 32 * u, dq_v, 0)
+                    else:
+                        for c in range(ND):
+                            col = VD * cg + GROUP * VD * (c // VD) + c % VD
+                            if r < sq and col < d:
+                                cuda.atomic.add(dq_acc, (b, h, r, col), dq_t[i, c])
 
         for a in range(KPL):  # dK_j = scale·Σ dSᵀQ and dV_j: written once
             key = j0 + key0 + a
@@ -270,7 +286,10 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), sc
     def main(delta, dq_acc, scale, left, right):
         block_q, block_k, warps = tiles or fit_tiles(d, dvh, q.dtype.itemsize, small)
         check_tiles(block_q, block_k, warps)
-        bwd, threads = kernel(q.dtype, d, dvh, block_q, block_k, warps)
+        vec = tileio.global_width([do, q, k, v], (d, dvh))  # 16-byte loads where allowed
+        red4 = (acc_name == "float32" and tuple(launcher.device_limits().cc) >= (9, 0)
+                and tileio.global_width([dq_acc], (d,)) == 4)  # red.global.add.v4: sm_90
+        bwd, threads = kernel(q.dtype, d, dvh, block_q, block_k, warps, vec, red4)
         value = 8 if acc_name == "float64" else 4
         shared = layout(d, dvh, block_q, block_k, 16 // value)[1] * value
         launcher.launch(bwd, (-(-k.shape[2] // block_k), k.shape[0] * k.shape[1]), threads,

@@ -60,6 +60,8 @@ compile-time constants only, so that they stay in registers):
                                     (one 4-byte store; i even)
     red_add_v2(a, i, j, r, c, x, y) a[i, j, r, c] += x and a[i, j, r, c+1] += y, atomically,
                                     in one ``red.global.add.v2.f32`` (a float32, 8-byte aligned)
+    red_add_v4(a, i, j, r, c, v, o) a[i, j, r, c + e] += v[o + e], e < 4, in one
+                                    ``red.global.add.v4.f32`` (16-byte aligned; sm_90)
 
 ``smem`` is a uint16 shared array (the 16-bit values' bits); ``ldmatrix`` needs each row
 16-byte aligned, ``cp_async16`` needs 16-byte aligned source and destination.
@@ -77,7 +79,7 @@ if simulator_enabled():
     from ..combine import larger as max_nan  # noqa: F401
     from ._mma_sim import (  # noqa: F401
         cp_async16, cp_async_commit, cp_async_wait, cp_async_wait_all, ldmatrix_x4,
-        ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, red_add_v2,
+        ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, red_add_v2, red_add_v4,
         st_shared_b32,
     )
 else:
@@ -233,6 +235,26 @@ else:
             return context.get_dummy_value()
 
         return types.void(arr, i, j, r, c, x, y), codegen
+
+    @intrinsic
+    def red_add_v4(typingctx, arr, i, j, r, c, v, o):
+        def codegen(context, builder, sig, args):
+            ptr = _item(context, builder, sig.args[0], args[0],
+                        [(args[n], sig.args[n]) for n in range(1, 5)])
+            vt, ot = sig.args[5], sig.args[6]
+            local = context.make_array(vt)(context, builder, value=args[5])
+            base = context.cast(builder, args[6], ot, types.intp)
+            xs = []
+            for e in range(4):
+                at = builder.add(base, ir.Constant(base.type, e))
+                slot = cgutils.get_item_pointer(context, builder, vt, local, [at], wraparound=False)
+                xs.append(context.cast(builder, builder.load(slot), vt.dtype, types.float32))
+            _asm(builder, ir.VoidType(), [_address(builder, ptr, 1, 64)] + xs,
+                 "red.relaxed.gpu.global.add.v4.f32 [$0], {$1, $2, $3, $4};",
+                 "l,f,f,f,f,~{memory}", side_effect=True)
+            return context.get_dummy_value()
+
+        return types.void(arr, i, j, r, c, v, o), codegen
 
     cp_async_commit = _plain("cp.async.commit_group;")
     cp_async_wait_all = _plain("cp.async.wait_group 0;")
