@@ -133,6 +133,10 @@ def softmax_cases(sim, full):
                         continue
                     name = f"{func_name}:{method}:{np.dtype(dtype).name}:{shape[0]}x{shape[1]}"
                     cases.append(Case(name, make(func_name, method, dtype, shape)))
+    if not sim:  # rows of whole 16-byte vectors: fused holds float16 two to a register
+        for func_name in funcs:
+            cases.append(Case(f"{func_name}:fused:float16:3x4096",
+                              make(func_name, "fused", np.float16, (3, 4096))))
 
     # cluster (sm_90 and newer): a row over three blocks of a cluster, the last piece
     # ragged, a row of −inf; their (m, ℓ) through each other's shared memory
