@@ -454,11 +454,14 @@ def _backward():
     # float32/64, a float32 scratch for 16-bit); CUDA cores: fit_tiles (Br, Bc, W)
     bwd = lambda d, lse="f32": (C(ST[d], 4),) * 4 + (C(ST[lse], 3), C(ACC[d], 3), C(ACC[d], 4),  # noqa: E731
                                                      C(ST[d], 4), C(ST[d], 4), float64, int64, int64)
-    AB = "kernels.attention_backward:kernel"
-    for d, hd, tiles, lse in (("f32", 64, (64, 64, 4), "f32"), ("f32", 128, (32, 32, 4), "f32"),
-                              ("f64", 64, (32, 32, 4), "f64"), ("f16", 64, (64, 64, 4), "f32")):
+    AB = "kernels.attention_backward:kernel"  # (…, tiles, values a global load, dQ adds in fours)
+    red4 = CC >= (9, 0)  # red.global.add.v4.f32: sm_90
+    for d, hd, tiles, lse, vec in (("f32", 64, (64, 64, 4), "f32", 4), ("f32", 128, (32, 32, 4), "f32", 4),
+                                   ("f64", 64, (32, 32, 4), "f64", 2), ("f16", 64, (64, 64, 4), "f32", 8),
+                                   ("f32", 128, (32, 32, 4), "f32", 1)):
         out.append(Entry("attention_backward", f"{d} D{hd} {'x'.join(map(str, tiles))}"
-                         + (" scale 0" if d == "f16" else ""), AB, (NP[d], hd, hd) + tiles, bwd(d, lse),
+                         + (" scale 0" if d == "f16" else "") + (" strided" if vec == 1 else ""), AB,
+                         (NP[d], hd, hd) + tiles + (vec, red4 and d == "f32" and vec > 1), bwd(d, lse),
                          block=32 * tiles[2]))
     ABT = "kernels.attention_backward_tc:kernel"  # tensor cores: Tiles W 8, Br 64
     pairs = CC >= (9, 0)  # dQ's vector atomic adds: sm_90
