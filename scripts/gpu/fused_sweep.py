@@ -1,14 +1,15 @@
 """The fused kernel's (v2) team and block sizes against Triton's tutorial kernel (issue 13:
 "best method ≥ the Triton tutorial on every shape"): run on a GPU; prints only.
 
-    python scripts/gpu/fused_sweep.py [--quick]
+    python scripts/gpu/fused_sweep.py [--quick] [--only float16:4096x8192 ...]
 
 For each shape and dtype: a device-to-device copy of the same bytes, the Triton tutorial
 kernel (``numba_softmax.bench.triton_peers``), ``torch.softmax``, the fused kernel's
 default launch, and every team of 32 … 512 threads a row (the fewest values a thread that
 hold the row) with 1 … 8 teams a block — kernel time behind a sleeping kernel
 (``_timing.kernel_ms``), inputs rotated past the L2, GB/s = read once + written once,
-% of the copy.  Each launch is checked against ``torch.softmax`` first.
+% of the copy.  Each launch is checked against ``torch.softmax`` first.  ``--only``
+keeps the named shapes (``dtype:ROWSxN``, repeatable).
 """
 
 import os
@@ -30,12 +31,15 @@ SHAPES = [((16384, 1024), "float32"), ((16384, 1024), "float16"), ((16384, 1024)
 
 def main():
     quick = "--quick" in sys.argv  # the default launch and the old one (4 teams a block) only
+    only = [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--only"]
     try:
         from numba_softmax.bench import triton_peers
     except ImportError:
         triton_peers = None
     print(f"device: {torch.cuda.get_device_name()}")
     for (rows, n), name in SHAPES:
+        if only and f"{name}:{rows}x{n}" not in only:
+            continue
         r = RowSets(rows, n, getattr(torch, name))
         copy = r.copy_gbps()
         pct = lambda ms: f"{r.gbps(ms):.0f} GB/s ({100 * r.gbps(ms) / copy:.1f} %)"  # noqa: E731
