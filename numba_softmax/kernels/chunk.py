@@ -49,11 +49,16 @@ def ops(dtype, vpt, width):
     """The chunk device functions for ``dtype`` rows, VPT values per thread, W per vector."""
     acc = jit.accumulator(dtype)
     load_row, store_row = vector.row_io(width, dtype)
+    whole_load, whole_store = vector.whole_io(width, dtype)
 
     @jit.device
     def load(x, row, base, stop, t, team, v, pad):
-        for i in range(vpt // width):  # every load of the chunk before any value is used
-            load_row(x, row, base + (t + i * team) * width, stop, v, i * width, pad)
+        if base + team * vpt <= stop:  # a whole chunk (the team's common case): no test a vector
+            for i in range(vpt // width):  # every load of the chunk before any value is used
+                whole_load(x, row, base + (t + i * team) * width, v, i * width)
+        else:
+            for i in range(vpt // width):
+                load_row(x, row, base + (t + i * team) * width, stop, v, i * width, pad)
 
     @jit.device
     def state(v):
@@ -74,8 +79,12 @@ def ops(dtype, vpt, width):
 
     @jit.device
     def store(y, row, base, stop, t, team, v):
-        for i in range(vpt // width):
-            store_row(y, row, base + (t + i * team) * width, stop, v, i * width)
+        if base + team * vpt <= stop:
+            for i in range(vpt // width):
+                whole_store(y, row, base + (t + i * team) * width, v, i * width)
+        else:
+            for i in range(vpt // width):
+                store_row(y, row, base + (t + i * team) * width, stop, v, i * width)
 
     @jit.device
     def exps(v):

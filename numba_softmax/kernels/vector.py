@@ -197,19 +197,29 @@ def storage_type(dtype):
 
 @functools.cache
 def row_io(width, dtype):
-    """``load_row``/``store_row`` for a row of ``dtype`` values: :func:`io`'s vector access
-    where the W values lie inside the row (j + W <= stop), value by value at its ragged
-    end, each value converted to the accumulator type on the way in and back on the way
-    out.  ``load_row`` fills the places past ``stop`` with ``pad`` (−inf for a max or a
-    sum, which weighs 0).  Float16 and bfloat16 vectors of eight move as four 32-bit
-    words by one 16-byte load or store (:func:`words`): NVPTX would split a vector of
-    eight 16-bit values into two 8-byte accesses, each touching every sector of the
-    warp's 512 bytes and using half of it."""
+    """``load_row``/``store_row`` for a row of ``dtype`` values: :func:`whole_io`'s vector
+    access where the W values lie inside the row (j + W <= stop), value by value at its
+    ragged end, each value converted to the accumulator type on the way in and back on the
+    way out.  ``load_row`` fills the places past ``stop`` with ``pad`` (−inf for a max or
+    a sum, which weighs 0)."""
+    from . import jit
+
+    return _ragged(*whole_io(width, dtype), jit.loader(dtype), jit.storer(dtype), width)
+
+
+@functools.cache
+def whole_io(width, dtype):
+    """``whole_load(x, row, j, v, offset)`` / ``whole_store(y, row, j, v, offset)``: one
+    vector of W values that lies inside the row, no test, converted to the accumulator
+    type and back.  Float16 and bfloat16 vectors of eight move as four 32-bit words by one
+    16-byte load or store (:func:`words`): NVPTX would split a vector of eight 16-bit
+    values into two 8-byte accesses, each touching every sector of the warp's 512 bytes
+    and using half of it."""
     from . import jit
 
     to_acc, to_storage = jit.loader(dtype), jit.storer(dtype)
     if width == 8 and jit.storage(dtype) in ("float16", jit.BFLOAT16):
-        return _ragged(*_whole_words(dtype), to_acc, to_storage, width)
+        return _whole_words(dtype)
     load, store = io(width)
     raw = storage_type(dtype)
 
@@ -227,7 +237,7 @@ def row_io(width, dtype):
             bits[k] = to_storage(v[offset + k])
         store(y, row, j, bits, 0)
 
-    return _ragged(whole_load, whole_store, to_acc, to_storage, width)
+    return whole_load, whole_store
 
 
 def _whole_words(dtype):
