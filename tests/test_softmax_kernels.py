@@ -423,6 +423,9 @@ def test_auto_chooses_by_row_bytes():
     assert methods.choose(1000, 262144, np.float32, hopper) == "cluster"  # 8 blocks' registers
     assert methods.choose(1000, 262145, np.float32, hopper) == "group"  # past them and 512 KB
     assert methods.choose(20, 65536, np.float32, hopper) == "group"  # 160 blocks < 2 × 100 SMs
+    assert methods.choose(75, 1 << 20, np.float16, hopper) == "online"  # 16-bit, rows ≥ ¾ SMs
+    assert methods.choose(74, 1 << 20, np.float16, hopper) == "group"
+    assert methods.choose(128, 1 << 20, np.float32, hopper) == "group"  # float32: group ties
     assert methods.choose(10, 12288, np.float32, hopper) == "cluster"  # few short rows
     assert methods.choose(1000, 24576, np.float32, hopper) == "onchip"
     assert methods.choose(1000, 32768, np.float32, hopper) == "cluster"  # past 96 KB

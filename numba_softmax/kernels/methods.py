@@ -32,7 +32,14 @@ module, and the user's own measurements on top):
    8 blocks' registers hold the row (:func:`.cluster.register_cut`: 262 144 float32
    values), when the clusters' blocks give every multiprocessor two — or, whatever the
    rows, when half of one block's shared memory holds the row;
-4. ``onchip`` for such a short row elsewhere, else ``group``.
+4. ``onchip`` for such a short row elsewhere;
+5. ``online`` for float16 and bfloat16 rows when there are rows for three quarters of
+   the multiprocessors (H200, % of copy, ``online`` / ``group`` / ``split``: bfloat16
+   × 1M at 96 rows 58.0 / 54.6 / 55.5, 128 rows 62.6 / 50.7 / 55.4, 256 rows 63.5 /
+   51.0 / 58.5; 64 rows 46.8 / 50.8 / 54.1) — in 16 bits ``group``'s one read costs more
+   instructions than ``online``'s two reads cost bytes; in float32 the two tie there
+   (64.1 / 63.7 at 128 rows) and ``group`` wins with fewer rows;
+6. else ``group``.
 
 A device not in the table gets the ``default`` entry, measured on the H200
 (``docs/algorithms/auto.md``), with ``onchip`` scaled to its shared memory per
@@ -100,7 +107,11 @@ def choose(rows, n, dtype, limits, entry=None):
     if cluster.supported(limits) and held and (
             short or rows * cluster.cut(n, itemsize, 1)[0] >= 2 * limits.sms):
         return "cluster"
-    return "onchip" if short else "group"
+    if short:
+        return "onchip"
+    if itemsize == 2 and 4 * rows >= 3 * limits.sms:
+        return "online"
+    return "group"
 
 
 def launch(method, mode, x, y, stream=0):

@@ -112,8 +112,7 @@ def filter_kernel(dtype, threads, per_thread, width, log):
         stop = min(start + piece, x.shape[1])
         ahead = cuda.local.array(slots_held, held)
         u = cuda.local.array(per_thread, acc)
-        for i in range(per_thread // width):  # the first chunk's loads
-            fetch(x, row, start + (tid + i * threads) * width, stop, ahead, i * width, pad)
+        fetch(x, row, start, stop, tid, threads, ahead, pad)  # the first chunk's loads
         if tid == 0:  # θ = (−inf, EMPTY): before the first compaction every value is a candidate
             th[0], ti[0] = -math.inf, EMPTY
         m, l, count = acc(-math.inf), acc(0.0), 0
@@ -125,8 +124,7 @@ def filter_kernel(dtype, threads, per_thread, width, log):
                 jc = base + (tid + (c // width) * threads) * width + c % width
                 u[c] = value(ahead, c) * inv_t if jc < stop else acc(-math.inf)
                 mc = larger_device(mc, u[c])
-            for i in range(per_thread // width):
-                fetch(x, row, base + span + (tid + i * threads) * width, stop, ahead, i * width, pad)
+            fetch(x, row, base + span, stop, tid, threads, ahead, pad)
             # the chunk's (m, ℓ), folded into the thread's by the combiner
             lc = acc(0.0)
             for c in range(per_thread):

@@ -262,8 +262,7 @@ def piece_kernel(dtype, threads, per_thread, width, then=None):
         raw = cuda.local.array(slots_held, held)
         u = cuda.local.array(per_thread, acc)
         j = cuda.local.array(per_thread, numba.int32)
-        for i in range(per_thread // width):  # the piece, read once: W-wide loads, coalesced
-            fetch(x, row, start + (tid + i * threads) * width, stop, raw, i * width, pad)
+        fetch(x, row, start, stop, tid, threads, raw, pad)  # the piece, read once: W-wide, coalesced
         m = acc(-math.inf)
         for c in range(per_thread):  # u = x / T; past the end: no entry
             jc = start + (tid + (c // width) * threads) * width + c % width

@@ -25,9 +25,11 @@ from .warp import ballot, shfl, shfl2
 def loads(dtype, vpt, width):
     """How a thread holds the chunk it loads: (fetch, value, held type, slots, pad).
 
-    ``fetch(x, row, j, stop, h, offset, pad)`` loads the W values at x[row, j] into the
-    thread's held array h (value ``offset`` on), ``pad`` past ``stop``; ``value(h, i)`` is
-    value i in the accumulator type.  Float16 and bfloat16 in 16-byte vectors are held as
+    ``fetch(x, row, base, stop, t, team, h, pad)`` loads thread t's VPT values of the
+    chunk at x[row, base:] — its i-th W-wide vector at base + (t + i·team)·W, as
+    :mod:`.chunk` lays a chunk out — into the thread's held array h, ``pad`` past
+    ``stop`` (a whole chunk with no test a vector; :func:`.chunk.ops`); ``value(h, i)``
+    is value i in the accumulator type.  Float16 and bfloat16 in 16-byte vectors are held as
     the vectors' 32-bit words, two values a register, loaded by one 16-byte load
     (:func:`.vector.words`): NVPTX splits a vector of eight 16-bit values into two 8-byte
     loads, each of which touches every sector of the warp's 512 bytes and uses half of
@@ -46,7 +48,7 @@ def loads(dtype, vpt, width):
         def value(h, i):
             return load(h[i])
 
-        return load_row, value, stored, vpt, pad
+        return _chunk(load_row, vector.io(width)[0], vpt, width), value, stored, vpt, pad
 
     U32 = numba.uint32
     to_acc, to_bits = jit.bits_loader(dtype), jit.bits_storer(dtype)
@@ -61,9 +63,13 @@ def loads(dtype, vpt, width):
         return U32(x[row, j]) if bf16 else U32(to_bits(numba.float32(x[row, j])))
 
     @jit.device
+    def whole(x, row, j, h, offset):
+        load_words(x, row, j, h, offset // 2)
+
+    @jit.device
     def fetch(x, row, j, stop, h, offset, pad):
         if j + width <= stop:
-            load_words(x, row, j, h, offset // 2)
+            whole(x, row, j, h, offset)
         else:  # the row's ragged end, value by value
             for k in range(width // 2):
                 h[offset // 2 + k] = (bits(x, row, j + 2 * k, stop, pad)
@@ -74,7 +80,23 @@ def loads(dtype, vpt, width):
         w = h[i // 2]
         return to_acc(numba.uint16(w >> U32(16) if i % 2 else w & U32(0xFFFF)))
 
-    return fetch, value, U32, vpt // 2, U32(pairs.pad_bits(dtype, -math.inf))
+    return _chunk(fetch, whole, vpt, width), value, U32, vpt // 2, U32(pairs.pad_bits(dtype, -math.inf))
+
+
+def _chunk(one, whole, vpt, width):
+    """A thread's loads of a chunk: ``whole(x, row, j, h, offset)`` for each vector where
+    the chunk lies inside the row, else ``one(x, row, j, stop, h, offset, pad)``."""
+
+    @jit.device
+    def fetch(x, row, base, stop, t, team, h, pad):
+        if base + team * vpt <= stop:  # a whole chunk: no test a vector
+            for i in range(vpt // width):  # every load issued before any value is used
+                whole(x, row, base + (t + i * team) * width, h, i * width)
+        else:
+            for i in range(vpt // width):
+                one(x, row, base + (t + i * team) * width, stop, h, i * width, pad)
+
+    return fetch
 
 
 # How far past the running m a chunk's max may be before the state is rescaled
@@ -214,14 +236,12 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor, scaled=True):
         floor = acc(-math.inf)
         m, l = acc(-math.inf), acc(0.0)
         step = R * vpt
-        for i in range(vpt // width):  # the first chunk's loads (−inf past the end)
-            fetch(x, row, start + (t + i * R) * width, stop, nxt, i * width, pad)
+        fetch(x, row, start, stop, t, R, nxt, pad)  # the first chunk's loads (−inf past the end)
         for base in range(start, stop, step):
             for i in range(slots_held):
                 raw[i] = nxt[i]
             if base + step < stop:  # the next chunk's loads, in flight while this one folds
-                for i in range(vpt // width):
-                    fetch(x, row, base + step + (t + i * R) * width, stop, nxt, i * width, pad)
+                fetch(x, row, base + step, stop, t, R, nxt, pad)
             # u = x / T (u = x at T = 1)
             for i in range(vpt):
                 u[i] = value(raw, i) * inv_t if scaled else value(raw, i)
