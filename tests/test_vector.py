@@ -13,16 +13,18 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from numba_softmax.kernels import jit, topk_stream, vector
+from numba_softmax.kernels import jit, topk_stream, vector, vector_chunk
 
 W = 8
 STRIDE, N = 24, 21  # vectors at 0 and 8 whole, at 16 ragged (5 values), at 24 past the end
 
 
-def storage(dtype, rng):
-    """(storage array of 2 × STRIDE, its values as float32): bfloat16 as uint16 bits."""
-    values = rng.standard_normal((2, STRIDE)).astype(np.float32) * 4
+def storage(dtype, rng, cols=STRIDE):
+    """(storage array of 2 × cols, its values as float32): bfloat16 as uint16 bits."""
+    values = rng.standard_normal((2, cols)).astype(np.float32) * 4
     values[1, 3], values[0, 17] = -np.inf, np.inf
+    if dtype == "float32":
+        return values, values
     if dtype == "bfloat16":
         bits = (values.view(np.uint32) >> 16).astype(np.uint16)  # (truncated: exact values)
         return bits, (bits.astype(np.uint32) << 16).view(np.float32)
@@ -70,17 +72,47 @@ def test_topk_holds_16_bit_vectors_as_words(dtype):
 
     @jit.kernel
     def hold(x, seen):
-        row, t = cuda.blockIdx.x, cuda.threadIdx.x  # thread t: the vectors at t·W, (t + 2)·W
-        h = cuda.local.array(slots, held)
-        for i in range(2):
-            fetch(x, row, (t + 2 * i) * W, x.shape[1], h, i * W, pad)
+        row, t, team = cuda.blockIdx.x, cuda.threadIdx.x, cuda.blockDim.x
+        h = cuda.local.array(slots, held)  # thread t: the vectors at t·W, (t + team)·W
+        fetch(x, row, 0, x.shape[1], t, team, h, pad)
         for i in range(2):
             for k in range(W):
-                seen[row, (t + 2 * i) * W + k] = value(h, i * W + k)
+                seen[row, (t + team * i) * W + k] = value(h, i * W + k)
 
     x, values = storage(dtype, np.random.default_rng(1))
     seen = cuda.to_device(np.zeros((2, 4 * W), np.float32))
-    hold[2, 2](cuda.to_device(x)[:, :N], seen)
+    hold[2, 2](cuda.to_device(x)[:, :N], seen)  # a ragged chunk: vector by vector
     got = seen.copy_to_host()
     np.testing.assert_array_equal(got[:, :N], values[:, :N])
     assert (got[:, N:] == -math.inf).all()  # past the end: −inf, which weighs nothing
+    seen = cuda.to_device(np.zeros((2, 4 * W), np.float32))
+    hold[2, 1](cuda.to_device(x)[:, :2 * W], seen)  # a whole chunk (one thread): one address
+    np.testing.assert_array_equal(seen.copy_to_host()[:, :2 * W], values[:, :2 * W])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_a_chunk_moves_from_one_address(dtype):
+    """vector_chunk.converted: thread t's vectors at t·W and (t + 2)·W of each row, in
+    and back out, bit for bit, through a row view whose stride is longer than the row."""
+    w = vector.width_for(np.float32 if dtype == "float32" else np.float16)
+    load, store = vector_chunk.converted(w, kind(dtype), 2 * w)
+    x, values = storage(dtype, np.random.default_rng(2), 6 * w)
+
+    @jit.kernel
+    def through(x, y, seen):
+        row, t = cuda.blockIdx.x, cuda.threadIdx.x
+        v = cuda.local.array(2 * w, np.float32)
+        load(x, row, t * w, 2 * w, v)
+        for i in range(2):
+            for k in range(w):
+                seen[row, (t + 2 * i) * w + k] = v[i * w + k]
+        store(y, row, t * w, 2 * w, v)
+
+    xd = cuda.to_device(x)[:, :4 * w]
+    yd = cuda.to_device(np.zeros_like(x))
+    seen = cuda.to_device(np.zeros((2, 4 * w), np.float32))
+    through[2, 2](xd, yd[:, :4 * w], seen)
+    np.testing.assert_array_equal(seen.copy_to_host(), values[:, :4 * w])
+    out = yd.copy_to_host()
+    np.testing.assert_array_equal(out[:, :4 * w].view(np.uint8), x[:, :4 * w].view(np.uint8))
+    assert not out[:, 4 * w:].any()  # nothing written past the chunk

@@ -10,7 +10,11 @@ team·VPT values; thread t of the team holds VPT of them, as VPT/W vectors of W:
 
 so at every step the team's threads read neighbouring 16-byte vectors (coalesced), and
 all of a thread's loads are issued before any value is used (the memory system sees
-them at once).  Places past the row's end hold a pad (−inf: weight 0).
+them at once).  Places past the row's end hold a pad (−inf: weight 0).  A chunk that
+lies inside the row — every chunk but a row's last — is tested once, not once a
+vector, and its vectors' addresses are one address plus multiples of team·W
+(:mod:`.vector_chunk`): in 16 bits these kernels had been paying more in addressing
+than in arithmetic (``docs/algorithms/online.md``, *What 16-bit rows cost*).
 
 :func:`ops` gives the device functions built on that layout — load a chunk, its
 state (max, then Σ exp(v − max): one ``exp`` per value, no re-basing inside a thread),
@@ -30,7 +34,7 @@ from typing import NamedTuple
 
 from numba import cuda
 
-from . import jit, launcher, pairs, vector
+from . import jit, launcher, pairs, vector, vector_chunk
 from .epilogue import base, element
 from .ptx import nan_max
 
@@ -49,13 +53,12 @@ def ops(dtype, vpt, width):
     """The chunk device functions for ``dtype`` rows, VPT values per thread, W per vector."""
     acc = jit.accumulator(dtype)
     load_row, store_row = vector.row_io(width, dtype)
-    whole_load, whole_store = vector.whole_io(width, dtype)
+    whole_load, whole_store = vector_chunk.converted(width, dtype, vpt)
 
     @jit.device
     def load(x, row, base, stop, t, team, v, pad):
         if base + team * vpt <= stop:  # a whole chunk (the team's common case): no test a vector
-            for i in range(vpt // width):  # every load of the chunk before any value is used
-                whole_load(x, row, base + (t + i * team) * width, v, i * width)
+            whole_load(x, row, base + t * width, team * width, v)  # every load, then the values
         else:
             for i in range(vpt // width):
                 load_row(x, row, base + (t + i * team) * width, stop, v, i * width, pad)
@@ -80,8 +83,7 @@ def ops(dtype, vpt, width):
     @jit.device
     def store(y, row, base, stop, t, team, v):
         if base + team * vpt <= stop:
-            for i in range(vpt // width):
-                whole_store(y, row, base + (t + i * team) * width, v, i * width)
+            whole_store(y, row, base + t * width, team * width, v)
         else:
             for i in range(vpt // width):
                 store_row(y, row, base + (t + i * team) * width, stop, v, i * width)

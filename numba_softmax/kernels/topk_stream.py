@@ -15,7 +15,7 @@ from numba import cuda
 
 from ..combine import EMPTY, combine_device, larger_device, precedes_device, weight_device
 from ..draws import gumbel_device
-from . import jit, pairs, vector
+from . import jit, pairs, vector, vector_chunk
 from .jit import accumulator, exp
 from .topk_list import BUFFER, WARP, warp_list
 from .warp import ballot, shfl, shfl2
@@ -48,7 +48,8 @@ def loads(dtype, vpt, width):
         def value(h, i):
             return load(h[i])
 
-        return _chunk(load_row, vector.io(width)[0], vpt, width), value, stored, vpt, pad
+        return (_chunk(load_row, vector_chunk.strided(width, vpt // width)[0], vpt, width),
+                value, stored, vpt, pad)
 
     U32 = numba.uint32
     to_acc, to_bits = jit.bits_loader(dtype), jit.bits_storer(dtype)
@@ -63,13 +64,9 @@ def loads(dtype, vpt, width):
         return U32(x[row, j]) if bf16 else U32(to_bits(numba.float32(x[row, j])))
 
     @jit.device
-    def whole(x, row, j, h, offset):
-        load_words(x, row, j, h, offset // 2)
-
-    @jit.device
     def fetch(x, row, j, stop, h, offset, pad):
         if j + width <= stop:
-            whole(x, row, j, h, offset)
+            load_words(x, row, j, h, offset // 2)
         else:  # the row's ragged end, value by value
             for k in range(width // 2):
                 h[offset // 2 + k] = (bits(x, row, j + 2 * k, stop, pad)
@@ -80,18 +77,19 @@ def loads(dtype, vpt, width):
         w = h[i // 2]
         return to_acc(numba.uint16(w >> U32(16) if i % 2 else w & U32(0xFFFF)))
 
+    whole = vector_chunk.strided(width, vpt // width, words=True)[0]
     return _chunk(fetch, whole, vpt, width), value, U32, vpt // 2, U32(pairs.pad_bits(dtype, -math.inf))
 
 
 def _chunk(one, whole, vpt, width):
-    """A thread's loads of a chunk: ``whole(x, row, j, h, offset)`` for each vector where
-    the chunk lies inside the row, else ``one(x, row, j, stop, h, offset, pad)``."""
+    """A thread's loads of a chunk: ``whole(x, row, j, step, h)`` (:mod:`.vector_chunk`)
+    where the chunk lies inside the row, else ``one(x, row, j, stop, h, offset, pad)`` a
+    vector."""
 
     @jit.device
     def fetch(x, row, base, stop, t, team, h, pad):
         if base + team * vpt <= stop:  # a whole chunk: no test a vector
-            for i in range(vpt // width):  # every load issued before any value is used
-                whole(x, row, base + (t + i * team) * width, h, i * width)
+            whole(x, row, base + t * width, team * width, h)  # every load before any use
         else:
             for i in range(vpt // width):
                 one(x, row, base + (t + i * team) * width, stop, h, i * width, pad)
