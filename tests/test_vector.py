@@ -97,11 +97,12 @@ def test_a_chunk_moves_from_one_address(dtype):
     w = vector.width_for(np.float32 if dtype == "float32" else np.float16)
     load, store = vector_chunk.converted(w, kind(dtype), 2 * w)
     x, values = storage(dtype, np.random.default_rng(2), 6 * w)
+    vpt = 2 * w  # (a local array's shape must be a constant of its own)
 
     @jit.kernel
     def through(x, y, seen):
         row, t = cuda.blockIdx.x, cuda.threadIdx.x
-        v = cuda.local.array(2 * w, np.float32)
+        v = cuda.local.array(vpt, np.float32)
         load(x, row, t * w, 2 * w, v)
         for i in range(2):
             for k in range(w):
