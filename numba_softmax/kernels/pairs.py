@@ -38,7 +38,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from . import jit, vector, vector_chunk
+from . import jit, vector
 from .ptx import opaque_u32
 
 U32 = numba.uint32
@@ -84,15 +84,11 @@ def holder(dtype, vpt, width, row_threads, pack=True, pad=0.0):
     to_acc, to_bits = jit.bits_loader(dtype), jit.bits_storer(dtype)
     fill = U32(pad_bits(dtype, pad))
     load_words, store_words = vector.words()
-    chunk_load, chunk_store = vector_chunk.strided(WIDTH, vpt // WIDTH, words=True)
     step = row_threads * WIDTH
 
     @jit.device
     def load(a, row, base, stop, t, h):
-        if base + row_threads * vpt <= stop:  # a whole chunk: no test a vector
-            chunk_load(a, row, base + t * WIDTH, step, h)  # all loads before any value is used
-            return
-        for i in range(vpt // WIDTH):
+        for i in range(vpt // WIDTH):  # all vector loads issued before any value is used
             j = base + t * WIDTH + i * step
             if j + WIDTH <= stop:
                 load_words(a, row, j, h, i * 4)
@@ -117,9 +113,6 @@ def holder(dtype, vpt, width, row_threads, pack=True, pad=0.0):
 
     @jit.device
     def store(h, a, row, base, stop, t):
-        if base + row_threads * vpt <= stop:
-            chunk_store(a, row, base + t * WIDTH, step, h)
-            return
         for i in range(vpt // WIDTH):
             j = base + t * WIDTH + i * step
             if j + WIDTH <= stop:
@@ -144,18 +137,13 @@ def _singles(dtype, vpt, width, row_threads, pad):
     """One value a slot, in the storage type (uint16 bits for bfloat16)."""
     raw_t = numba.from_dtype(np.dtype(dtype))
     load_row, store_row = vector.raw_row_io(width)
-    whole_load, whole_store = vector_chunk.strided(width, vpt // width)
     to_acc, to_raw = jit.loader(dtype), jit.storer(dtype)
     fill = pad_bits(dtype, pad) if jit.storage(dtype) == jit.BFLOAT16 else pad
 
     @jit.device
     def load(a, row, base, stop, t, h):
-        if base + row_threads * vpt <= stop:  # a whole chunk: no test a vector
-            whole_load(a, row, base + t * width, row_threads * width, h)  # all loads first
-        else:
-            for i in range(vpt // width):
-                load_row(a, row, base + (t + i * row_threads) * width, stop, h, i * width,
-                         raw_t(fill))
+        for i in range(vpt // width):  # all vector loads issued before any value is used
+            load_row(a, row, base + (t + i * row_threads) * width, stop, h, i * width, raw_t(fill))
 
     @jit.device
     def get(h, i):
@@ -167,11 +155,8 @@ def _singles(dtype, vpt, width, row_threads, pad):
 
     @jit.device
     def store(h, a, row, base, stop, t):
-        if base + row_threads * vpt <= stop:
-            whole_store(a, row, base + t * width, row_threads * width, h)
-        else:
-            for i in range(vpt // width):
-                store_row(a, row, base + (t + i * row_threads) * width, stop, h, i * width)
+        for i in range(vpt // width):
+            store_row(a, row, base + (t + i * row_threads) * width, stop, h, i * width)
 
     @jit.device
     def renew(h):
