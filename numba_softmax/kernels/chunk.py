@@ -49,15 +49,18 @@ class Ops(NamedTuple):
 
 
 @functools.cache
-def ops(dtype, vpt, width):
-    """The chunk device functions for ``dtype`` rows, VPT values per thread, W per vector."""
+def ops(dtype, vpt, width, whole=True):
+    """The chunk device functions for ``dtype`` rows, VPT values per thread, W per vector.
+    ``whole`` False: every chunk vector by vector, each vector tested and addressed on its
+    own — for a kernel whose team is a compile-time constant (:mod:`.fused`), where each
+    vector's address is already a constant offset from the first."""
     acc = jit.accumulator(dtype)
     load_row, store_row = vector.row_io(width, dtype)
     whole_load, whole_store = vector_chunk.converted(width, dtype, vpt)
 
     @jit.device
     def load(x, row, base, stop, t, team, v, pad):
-        if base + team * vpt <= stop:  # a whole chunk (the team's common case): no test a vector
+        if whole and base + team * vpt <= stop:  # a whole chunk (the common case): one test
             whole_load(x, row, base + t * width, team * width, v)  # every load, then the values
         else:
             for i in range(vpt // width):
@@ -82,7 +85,7 @@ def ops(dtype, vpt, width):
 
     @jit.device
     def store(y, row, base, stop, t, team, v):
-        if base + team * vpt <= stop:
+        if whole and base + team * vpt <= stop:
             whole_store(y, row, base + t * width, team * width, v)
         else:
             for i in range(vpt // width):

@@ -54,7 +54,7 @@ def kernel(dtype, vpt, mode, width, team, trace=False, pack=True):
     keep_pairs = mode == SOFTMAX and paired  # 16-bit pairs' exps kept in float32
     options = compile_options(keep or keep_pairs, paired)
     store = jit.storer(dtype)
-    io = chunk.ops(dtype, vpt, width)
+    io = chunk.ops(dtype, vpt, width, whole=False)  # (the team is a constant: see fused_rows)
     kept = vpt if keep_pairs else 1  # float32 exps beside the pairs (1: none, compiled away)
 
     # float32 softmax keeps exp(v − m_t) in place of v (m_t: the thread's own max), so the
