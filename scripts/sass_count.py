@@ -8,7 +8,11 @@ a change to the shared device functions can be weighed before a GPU is at hand.
     python scripts/sass_count.py [PACKAGE_DIR]
 
 PACKAGE_DIR: the folder holding another ``numba_softmax`` to count instead (e.g. one
-``git archive``'d from an earlier tree), for a before/after.  Needs a ``ptxas`` on the
+``git archive``'d from an earlier tree), for a before/after.  The row arrays are typed
+C-contiguous (``[:, ::1]``), as a launch on contiguous rows compiles them; until the
+thirty-ninth session they were typed as any layout (``[:, :]``), whose indexing adds a
+multiply by the column stride a vector — the counts in ``docs/algorithms/group.md`` were
+taken so.  Needs a ``ptxas`` on the
 PATH (as scripts/ptxinfo.py does).  Prints registers, spill bytes, the kernel's static
 instruction count and the counts of the opcodes the row loops are made of.
 """
@@ -33,20 +37,20 @@ from numba.cuda.types import float16, float32, float64, int64, uint16  # noqa: E
 
 _disp.get_current_device = lambda: _t.SimpleNamespace(compute_capability=(9, 0))  # no GPU here
 F32, F16, F64, U16 = (np.dtype(t) for t in (np.float32, np.float16, np.float64, np.uint16))
-GROUP_ARGS = (int64, int64, int64, int64, float32[:, :], float32[:, :], int64[:])
+GROUP_ARGS = (int64, int64, int64, int64, float32[:, ::1], float32[:, ::1], int64[::1])
 # name: (module, factory, factory arguments, signature); mode 0 = softmax
 CASES = {
-    "fused f32": ("fused", (F32, 16, 0, 4, 256), (float32[:, :], float32[:, :])),
-    "online f32": ("online", (F32, 8, 0, 4), (float32[:, :], float32[:, :], int64)),
-    "online f64": ("online", (F64, 4, 0, 2), (float64[:, :], float64[:, :], int64)),
-    "onchip f32": ("onchip", (F32, 8, 0, 4, 512), (float32[:, :], float32[:, :], int64)),
-    "group f32": ("group", (F32, 8, 0, 4, 256, False), (float32[:, :], float32[:, :]) + GROUP_ARGS),
-    "group f16": ("group", (F16, 16, 0, 8, 256, False), (float16[:, :], float16[:, :]) + GROUP_ARGS),
-    "cluster f32": ("cluster", (F32, 8, 0, 4, 256, 8), (float32[:, :], float32[:, :], int64, int64)),
-    "cluster f16": ("cluster", (F16, 16, 0, 8, 256, 8), (float16[:, :], float16[:, :], int64, int64)),
-    "cluster bf16": ("cluster", (U16, 16, 0, 8, 256, 8), (uint16[:, :], uint16[:, :], int64, int64)),
-    "online bf16": ("online", (U16, 16, 0, 8), (uint16[:, :], uint16[:, :], int64)),
-    "online f16": ("online", (F16, 16, 0, 8), (float16[:, :], float16[:, :], int64)),
+    "fused f32": ("fused", (F32, 16, 0, 4, 256), (float32[:, ::1], float32[:, ::1])),
+    "online f32": ("online", (F32, 8, 0, 4), (float32[:, ::1], float32[:, ::1], int64)),
+    "online f64": ("online", (F64, 4, 0, 2), (float64[:, ::1], float64[:, ::1], int64)),
+    "onchip f32": ("onchip", (F32, 8, 0, 4, 512), (float32[:, ::1], float32[:, ::1], int64)),
+    "group f32": ("group", (F32, 8, 0, 4, 256, False), (float32[:, ::1], float32[:, ::1]) + GROUP_ARGS),
+    "group f16": ("group", (F16, 16, 0, 8, 256, False), (float16[:, ::1], float16[:, ::1]) + GROUP_ARGS),
+    "cluster f32": ("cluster", (F32, 8, 0, 4, 256, 8), (float32[:, ::1], float32[:, ::1], int64, int64)),
+    "cluster f16": ("cluster", (F16, 16, 0, 8, 256, 8), (float16[:, ::1], float16[:, ::1], int64, int64)),
+    "cluster bf16": ("cluster", (U16, 16, 0, 8, 256, 8), (uint16[:, ::1], uint16[:, ::1], int64, int64)),
+    "online bf16": ("online", (U16, 16, 0, 8), (uint16[:, ::1], uint16[:, ::1], int64)),
+    "online f16": ("online", (F16, 16, 0, 8), (float16[:, ::1], float16[:, ::1], int64)),
 }
 OPS = ["FMNMX", "FSETP", "PLOP3", "FSEL", "MUFU", "FADD", "FMUL", "FFMA", "LDG", "STG", "LDS", "STS"]
 
