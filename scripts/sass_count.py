@@ -60,21 +60,35 @@ def nvdisasm():
     return found[0] if found else "nvdisasm"
 
 
-def count(module, args, sig):
+def sass(module, args, sig):
+    """(registers, spill bytes, SASS text) of ``kernels.<module>.kernel(*args)`` compiled
+    for sm_90 with the signature ``sig``, as the package compiles it (fastmath, launch
+    bounds, and its ``max_registers`` given to ptxas)."""
     k = getattr(importlib.import_module(f"numba_softmax.kernels.{module}"), "kernel")(*args)
     ptx, _ = cuda.compile_ptx(k.py_func, sig, cc=(9, 0), fastmath=k.targetoptions.get("fastmath", False),
                              launch_bounds=k.targetoptions.get("launch_bounds"))
+    return ptx_sass(ptx, k.targetoptions.get("max_registers"))
+
+
+def ptx_sass(ptx, max_registers=None):
+    """(registers, spill bytes, SASS text) of PTX assembled by ptxas for sm_90."""
     d = tempfile.mkdtemp()
     with open(f"{d}/k.ptx", "w") as f:
-        f.write(ptx.replace(".version 9.5", ".version 9.0"))
+        f.write(re.sub(r"^\.version 9\.\d+", ".version 9.0", ptx, flags=re.M).replace("sm_90a", "sm_90"))
     relocatable = ["-c"] if "cudaCGGetIntrinsicHandle" in ptx else []  # cooperative: cudadevrt
-    r = subprocess.run(["ptxas", "-arch=sm_90", "-v", *relocatable, f"{d}/k.ptx", "-o", f"{d}/k.cubin"],
+    cap = [f"-maxrregcount={max_registers}"] if max_registers else []
+    r = subprocess.run(["ptxas", "-arch=sm_90", "-v", *relocatable, *cap, f"{d}/k.ptx", "-o", f"{d}/k.cubin"],
                        capture_output=True, text=True, check=True)
-    sass = subprocess.run([nvdisasm(), "-c", f"{d}/k.cubin"], capture_output=True, text=True,
+    text = subprocess.run([nvdisasm(), "-c", f"{d}/k.cubin"], capture_output=True, text=True,
                           check=True).stdout
-    ops = re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P[T0-9]\s+)?([A-Z][A-Z0-9]*)", sass, re.M)
     regs = re.search(r"Used (\d+) registers", r.stdout + r.stderr).group(1)
-    spill = re.search(r"(\d+) bytes spill stores", r.stdout + r.stderr).group(1)
+    spill = re.search(r"(\d+) bytes spill stores", r.stdout + r.stderr)
+    return regs, spill.group(1) if spill else "0", text
+
+
+def count(module, args, sig):
+    regs, spill, text = sass(module, args, sig)
+    ops = re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P[T0-9]\s+)?([A-Z][A-Z0-9]*)", text, re.M)
     return regs, spill, len(ops), collections.Counter(ops)
 
 

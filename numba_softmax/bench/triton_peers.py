@@ -16,9 +16,11 @@ in float32 like ours; ``tl.store`` converts back to the output's dtype.  Both ta
 preallocated output (the benchmark times kernels, not allocation); ``y`` may be None.
 """
 
-import torch
 import triton
 import triton.language as tl
+
+# (torch is imported by the host functions: the kernels themselves compile without it,
+# as ``scripts/sass_path.py`` compiles the tutorial's for its instruction count)
 
 TUTORIAL_MAX_N = 32768
 SEED001_BLOCK = 1024
@@ -48,16 +50,18 @@ def tutorial(x, y=None):
     if n_cols > TUTORIAL_MAX_N:
         raise ValueError(f"the Triton tutorial kernel holds a whole row on chip; "
                          f"{n_cols} values do not fit (at most {TUTORIAL_MAX_N} here)")
+    import torch
+
     block_size = triton.next_power_of_2(n_cols)
-    num_warps = 4
-    if block_size >= 2048:
-        num_warps = 8
-    if block_size >= 4096:
-        num_warps = 16
     y = torch.empty_like(x) if y is None else y
     _tutorial_kernel[(n_rows,)](y, x, x.stride(0), y.stride(0), n_cols,
-                                num_warps=num_warps, BLOCK_SIZE=block_size)
+                                num_warps=tutorial_warps(block_size), BLOCK_SIZE=block_size)
     return y
+
+
+def tutorial_warps(block_size):
+    """The tutorial's warps a program for a row padded to ``block_size`` values."""
+    return 16 if block_size >= 4096 else 8 if block_size >= 2048 else 4
 
 
 @triton.jit
@@ -91,6 +95,8 @@ def _seed001_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, 
 
 def seed001(x, y=None):
     """Seed 001's ``online_softmax``: one program per row, BLOCK_SIZE 1024."""
+    import torch
+
     n_rows, n_cols = x.shape
     y = torch.empty_like(x) if y is None else y
     _seed001_kernel[(n_rows,)](y, x, x.stride(0), y.stride(0), n_rows, n_cols,
