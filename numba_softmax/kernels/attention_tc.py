@@ -37,11 +37,11 @@ import numpy as np
 from numba import cuda
 
 from .._sim import simulator_enabled
-from ..combine import lse_device, weight_device
+from ..combine import lse_device
 from . import counters, jit, launcher
-from .mma import (cp_async_commit, cp_async_wait_all, for_dtype,
-                  ldmatrix_x4, ldmatrix_x4_trans, max_nan)
+from .mma import cp_async_commit, cp_async_wait_all, for_dtype, ldmatrix_x4
 from .staging import aligned, stager
+from .tc_fold import tile_fold
 
 FULL = 0xFFFFFFFF
 MAX_HEAD_DIM = 256
@@ -95,6 +95,7 @@ def kernel(dtype, out_dtype, d, dv, warps, block_k, stages, vec, min_blocks=None
     TILE = BC * (KS + VS)  # one stage: K_j, then V_j
     stage_k = stager(dtype, THREADS, BC, d, DP, KS, vec)
     stage_v = stager(dtype, THREADS, BC, dv, DVP, VS, vec)
+    fold = tile_fold(dtype, NB, NV, KB, BC, KS, VS)
 
     @jit.kernel(launch_bounds=(THREADS, min_blocks) if min_blocks else None)
     def forward(q, k, v, o, lse, cu_q, cu_k, scale, kv_chunk, left, right):
@@ -210,43 +211,8 @@ def kernel(dtype, out_dtype, d, dv, warps, block_k, stages, vec, min_blocks=None
                             if key < k_lo or key >= k_hi:
                                 s[n, 2 * rr + e] = neg_inf
 
-            # the online update of (m, ℓ, O) for the lane's two rows
-            for rr in range(2):
-                mx = s[0, 2 * rr]
-                for n in range(NB):
-                    for e in range(2):
-                        mx = max_nan(s[n, 2 * rr + e], mx)
-                mx = max_nan(cuda.shfl_xor_sync(FULL, mx, 1), mx)  # the quad: 4 lanes
-                mx = max_nan(cuda.shfl_xor_sync(FULL, mx, 2), mx)  # hold a row
-                m_new = max_nan(mx, m[rr])
-                alpha = weight_device(m[rr] * sc, m_new * sc)  # exp(scale·(m − m')), 0 from −inf
-                # P = exp(scale·(S − m')): the combiner's weight with its −inf test hoisted
-                # out of the row (m' = −inf only when every s is −inf: then P = exp2(−inf) = 0)
-                mc = zero if m_new == neg_inf else m_new * c2
-                part = zero
-                for n in range(NB):
-                    for e in range(2):
-                        p = math.exp2(s[n, 2 * rr + e] * c2 - mc)
-                        s[n, 2 * rr + e] = p
-                        part += p
-                l[rr] = alpha * l[rr] + part
-                m[rr] = m_new
-                for n in range(NV):
-                    of[n, 2 * rr] *= alpha
-                    of[n, 2 * rr + 1] *= alpha
-
-            # P → A fragments in registers: S tiles 2kb and 2kb+1 are one k16 fragment
-            for kb in range(KB):
-                for r in range(4):
-                    n = 2 * kb + (r >> 1)
-                    pf[kb, r] = pack(s[n, 2 * (r & 1)], s[n, 2 * (r & 1) + 1])
-            # O += P V_j: ldmatrix.x4.trans = B fragments of two Dv tiles at one k-step
-            for kb in range(KB):
-                for n2 in range(NV // 2):
-                    b0, b1, b2, b3 = ldmatrix_x4_trans(
-                        smem, base + BC * KS + v_lane + 16 * kb * VS + 16 * n2)
-                    mma(of, 2 * n2, pf, kb, b0, b1)
-                    mma(of, 2 * n2 + 1, pf, kb, b2, b3)
+            # the online update of (m, ℓ, O) for the lane's two rows; O += P V_j
+            fold(s, m, l, of, pf, sc, c2, smem, base, v_lane)
 
         # O / ℓ once; ℓ = 0: the row saw no key → O = 0, chosen (its O may hold 0·NaN)
         for rr in range(2):

@@ -49,12 +49,11 @@ from numba import cuda, int32, int64
 from .attention_tc import LOG2E, PAD
 from .decode_merge import block_of, fold_shared, merge_when_last, row_of
 from .staging import stager
+from .tc_fold import tile_fold
 from . import jit
 from .warp import shfl, shfl2
 from . import visible as vis
-from .mma import (cp_async16, cp_async_commit, cp_async_wait, for_dtype, ldmatrix_x4,
-                  ldmatrix_x4_trans, max_nan)
-from ..combine import weight_device
+from .mma import cp_async16, cp_async_commit, cp_async_wait, for_dtype, ldmatrix_x4
 
 FULL = 0xFFFFFFFF
 ROWS = 16  # packed query rows of a block: the mma's M
@@ -109,6 +108,7 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, layout):
     wait_tile = cp_async_wait(ST - 1)  # tile j's group, with ST − 1 later ones in flight
     finish = fold_shared(dtype, dv, DVP, RB, W)
     merge_z = merge_when_last(dtype, dv, RB, W)
+    fold = tile_fold(dtype, NB, NV, KB, BC, KS, VS)
 
     @jit.device
     def entry(table, b, key, n_blocks, bs, page_shift):
@@ -322,40 +322,8 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, layout):
                             if key >= e or not vis.sees(row_i[rr], key, shift, left, right):
                                 s[n, 2 * rr + c] = neg_inf
 
-            # the online update of (m, ℓ, O) for the lane's two rows (as attention_tc)
-            for rr in range(2):
-                mx = s[0, 2 * rr]
-                for n in range(NB):
-                    for c in range(2):
-                        mx = max_nan(s[n, 2 * rr + c], mx)
-                mx = max_nan(cuda.shfl_xor_sync(FULL, mx, 1), mx)  # the quad: 4 lanes
-                mx = max_nan(cuda.shfl_xor_sync(FULL, mx, 2), mx)  # hold a row
-                m_new = max_nan(mx, m[rr])
-                alpha = weight_device(m[rr] * sc, m_new * sc)  # exp(scale·(m − m')), 0 from −inf
-                mc = zero if m_new == neg_inf else m_new * c2
-                part = zero
-                for n in range(NB):
-                    for c in range(2):
-                        p = math.exp2(s[n, 2 * rr + c] * c2 - mc)
-                        s[n, 2 * rr + c] = p
-                        part += p
-                l[rr] = alpha * l[rr] + part
-                m[rr] = m_new
-                for n in range(NV):
-                    of[n, 2 * rr] *= alpha
-                    of[n, 2 * rr + 1] *= alpha
-
-            # P → A fragments in registers; O += P V_j (ldmatrix.trans: B fragments of V)
-            for kb in range(KB):
-                for r in range(4):
-                    n = 2 * kb + (r >> 1)
-                    pf[kb, r] = pack(s[n, 2 * (r & 1)], s[n, 2 * (r & 1) + 1])
-            for kb in range(KB):
-                for n2 in range(NV // 2):
-                    b0, b1, b2, b3 = ldmatrix_x4_trans(
-                        smem, base + BC * KS + v_lane + 16 * kb * VS + 16 * n2)
-                    mma(of, 2 * n2, pf, kb, b0, b1)
-                    mma(of, 2 * n2 + 1, pf, kb, b2, b3)
+            # the online update of (m, ℓ, O) for the lane's two rows; O += P V_j
+            fold(s, m, l, of, pf, sc, c2, smem, base, v_lane)
             cuda.syncwarp(FULL)  # every lane is done with the buffer before it is refilled
 
         # the W warps' states → shared memory (the staging buffers' bytes, now free)
