@@ -39,9 +39,9 @@ from numba import cuda
 from .._sim import simulator_enabled
 from ..combine import lse_device
 from . import counters, jit, launcher
-from .mma import cp_async_commit, cp_async_wait_all, for_dtype, ldmatrix_x4
+from .mma import cp_async_commit, cp_async_wait_all, for_dtype
 from .staging import aligned, stager
-from .tc_fold import tile_fold
+from .tc_fold import fresh, lane_rows, tile_fold, tile_scores
 
 FULL = 0xFFFFFFFF
 MAX_HEAD_DIM = 256
@@ -96,6 +96,7 @@ def kernel(dtype, out_dtype, d, dv, warps, block_k, stages, vec, min_blocks=None
     stage_k = stager(dtype, THREADS, BC, d, DP, KS, vec)
     stage_v = stager(dtype, THREADS, BC, dv, DVP, VS, vec)
     fold = tile_fold(dtype, NB, NV, KB, BC, KS, VS)
+    scores = tile_scores(dtype, NB, KD, KS)
 
     @jit.kernel(launch_bounds=(THREADS, min_blocks) if min_blocks else None)
     def forward(q, k, v, o, lse, cu_q, cu_k, scale, kv_chunk, left, right):
@@ -157,15 +158,8 @@ def kernel(dtype, out_dtype, d, dv, warps, block_k, stages, vec, min_blocks=None
         of = cuda.local.array((NV, 4), f32)  # O: Dv/8 accumulator tiles
         s = cuda.local.array((NB, 4), f32)  # S, then P: Bc/8 accumulator tiles
         pf = cuda.local.array((KB, 4), u32)  # P as A fragments: Bc/16 of them
-        for rr in range(2):
-            m[rr], l[rr] = neg_inf, zero
-        for n in range(NV):
-            for r in range(4):
-                of[n, r] = zero
-        # ldmatrix: lane L points at row L % 8 of 8×8 tile L // 8 — K: tiles (keys, d),
-        # (keys, d+8), (keys+8, d), (keys+8, d+8); V, transposed: (keys, c), (keys+8, c), (keys, c+8), …
-        k_lane = ((lane & 7) + 8 * (lane >> 4)) * KS + 8 * ((lane >> 3) & 1)
-        v_lane = ((lane & 7) + 8 * ((lane >> 3) & 1)) * VS + 8 * (lane >> 4)
+        fresh(m, l, of)
+        k_lane, v_lane = lane_rows(lane, KS, VS)  # where ldmatrix reads for this lane
 
         smem = cuda.shared.array(0, numba.uint16)  # stages × (K_j: Bc×KS, V_j: Bc×VS)
         if stages == 2 and n_tiles > 0:  # the first tile's copies start before the loop
@@ -188,15 +182,7 @@ def kernel(dtype, out_dtype, d, dv, warps, block_k, stages, vec, min_blocks=None
                 stage_v(smem, nxt + BC * KS, v_s, j0 + BC, hi)
                 cp_async_commit()
 
-            # S = Q_w K_jᵀ: one ldmatrix.x4 = B fragments of two key tiles at one k-step
-            for n in range(NB):
-                for r in range(4):
-                    s[n, r] = zero
-            for n2 in range(NB // 2):
-                for kk in range(KD):
-                    b0, b1, b2, b3 = ldmatrix_x4(smem, base + k_lane + 16 * n2 * KS + 16 * kk)
-                    mma(s, 2 * n2, qf, kk, b0, b1)
-                    mma(s, 2 * n2 + 1, qf, kk, b2, b3)
+            scores(s, qf, smem, base, k_lane)  # S = Q_w K_jᵀ on tensor cores
 
             # mask: only tiles that cross hi or a window edge, element by element
             if j0 + BC > hi or (left >= 0 and j0 < i0 + 16 * W - 1 + shift - left) \

@@ -49,11 +49,11 @@ from numba import cuda, int32, int64
 from .attention_tc import LOG2E, PAD
 from .decode_merge import block_of, fold_shared, merge_when_last, row_of
 from .staging import stager
-from .tc_fold import tile_fold
+from .tc_fold import fresh, lane_rows, tile_fold, tile_scores
 from . import jit
 from .warp import shfl, shfl2
 from . import visible as vis
-from .mma import cp_async16, cp_async_commit, cp_async_wait, for_dtype, ldmatrix_x4
+from .mma import cp_async16, cp_async_commit, cp_async_wait, for_dtype
 
 FULL = 0xFFFFFFFF
 ROWS = 16  # packed query rows of a block: the mma's M
@@ -109,6 +109,7 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, layout):
     finish = fold_shared(dtype, dv, DVP, RB, W)
     merge_z = merge_when_last(dtype, dv, RB, W)
     fold = tile_fold(dtype, NB, NV, KB, BC, KS, VS)
+    scores = tile_scores(dtype, NB, KD, KS)
 
     @jit.device
     def entry(table, b, key, n_blocks, bs, page_shift):
@@ -280,15 +281,8 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, layout):
         of = cuda.local.array((NV, 4), f32)  # O: Dv/8 accumulator tiles
         s = cuda.local.array((NB, 4), f32)  # S, then P
         pf = cuda.local.array((KB, 4), u32)  # P as A fragments
-        for rr in range(2):
-            m[rr], l[rr] = neg_inf, zero
-        for n in range(NV):
-            for r in range(4):
-                of[n, r] = zero
-        # ldmatrix row addresses (as attention_tc): K tiles (keys, d), (keys, d+8),
-        # (keys+8, d), (keys+8, d+8); V transposed: (keys, c), (keys+8, c), (keys, c+8), …
-        k_lane = ((lane & 7) + 8 * (lane >> 4)) * KS + 8 * ((lane >> 3) & 1)
-        v_lane = ((lane & 7) + 8 * ((lane >> 3) & 1)) * VS + 8 * (lane >> 4)
+        fresh(m, l, of)
+        k_lane, v_lane = lane_rows(lane, KS, VS)  # where ldmatrix reads for this lane
 
         for it in range(count):
             j0 = key_w + it * step
@@ -303,15 +297,7 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, layout):
             cuda.syncwarp(FULL)  # … and every lane's: the warp may read the buffer
             base = mine + (it % ST) * TILE
 
-            # S = Q K_jᵀ: one ldmatrix.x4 = B fragments of two key tiles at one k-step
-            for n in range(NB):
-                for r in range(4):
-                    s[n, r] = zero
-            for n2 in range(NB // 2):
-                for kk in range(KD):
-                    b0, b1, b2, b3 = ldmatrix_x4(smem, base + k_lane + 16 * n2 * KS + 16 * kk)
-                    mma(s, 2 * n2, qf, kk, b0, b1)
-                    mma(s, 2 * n2 + 1, qf, kk, b2, b3)
+            scores(s, qf, smem, base, k_lane)  # S = Q K_jᵀ on tensor cores
 
             # mask: only tiles that cross e or a band edge, element by element
             if j0 + BC > e or vis.band_edge(j0, j0 + BC - 1, i_first, i_last, shift, left, right):

@@ -1,6 +1,7 @@
-"""One key tile folded into a warp's rows on tensor cores: the step that the
+"""One key tile folded into a warp's rows on tensor cores: the steps that the
 FlashAttention-2 forward (:mod:`.attention_tc`) and the decode kernel (:mod:`.decode_tc`)
-share.
+share — the lane's ``ldmatrix`` rows (:func:`lane_rows`), its rows' empty state
+(:func:`fresh`), S = Q Kⱼᵀ (:func:`tile_scores`) and the fold (:func:`tile_fold`).
 
 A warp holds S = Q Kⱼᵀ for its 16 query rows in ``mma`` accumulator fragments: lane
 ``4·g + t`` holds rows g and g + 8, columns 2t and 2t + 1 of each of the tile's Bc/8
@@ -23,9 +24,53 @@ from numba import cuda
 
 from ..combine import weight_device
 from . import jit
-from .mma import for_dtype, ldmatrix_x4_trans, max_nan
+from .mma import for_dtype, ldmatrix_x4, ldmatrix_x4_trans, max_nan
 
 FULL = 0xFFFFFFFF
+
+
+@jit.device
+def fresh(m, l, of):
+    """The lane's two rows' state before any key: m = −inf, ℓ = 0, O = 0."""
+    for rr in range(2):
+        m[rr], l[rr] = -math.inf, 0.0
+    for n in range(of.shape[0]):
+        for r in range(4):
+            of[n, r] = 0.0
+
+
+@jit.device
+def lane_rows(lane, ks, vs):
+    """The shared-memory offsets (k_lane, v_lane) that ``ldmatrix`` reads for this lane:
+    lane L points at row L % 8 of 8×8 tile L // 8 — of K (rows of ``ks`` values) the tiles
+    (keys, d), (keys, d+8), (keys+8, d), (keys+8, d+8); of V (rows of ``vs``), transposed,
+    (keys, c), (keys+8, c), (keys, c+8), (keys+8, c+8)."""
+    k_lane = ((lane & 7) + 8 * (lane >> 4)) * ks + 8 * ((lane >> 3) & 1)
+    v_lane = ((lane & 7) + 8 * ((lane >> 3) & 1)) * vs + 8 * (lane >> 4)
+    return k_lane, v_lane
+
+
+@functools.cache
+def tile_scores(dtype, nb, kd, ks):
+    """``scores(s, qf, smem, base, k_lane)``: S = Q Kⱼᵀ into ``s`` (nb column blocks × 4),
+    from the warp's Q fragments ``qf`` (kd k-steps) and Kⱼ at ``smem[base …]`` in rows of
+    ``ks`` 16-bit values."""
+    f32 = numba.float32
+    mma, _ = for_dtype(dtype)
+
+    @jit.device
+    def scores(s, qf, smem, base, k_lane):
+        # S = Q_w K_jᵀ: one ldmatrix.x4 = B fragments of two key tiles at one k-step
+        for n in range(nb):
+            for r in range(4):
+                s[n, r] = f32(0.0)
+        for n2 in range(nb // 2):
+            for kk in range(kd):
+                b0, b1, b2, b3 = ldmatrix_x4(smem, base + k_lane + 16 * n2 * ks + 16 * kk)
+                mma(s, 2 * n2, qf, kk, b0, b1)
+                mma(s, 2 * n2 + 1, qf, kk, b2, b3)
+
+    return scores
 
 
 @functools.cache
