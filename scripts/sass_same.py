@@ -40,7 +40,8 @@ def instructions(ptx_path):
 
     with open(ptx_path) as f:
         regs, _, text = sass_count.ptx_sass(f.read())
-    return regs, [SYMBOL.sub("SYMBOL", i) for i in INSTRUCTION.findall(text)]
+    # (spaces collapsed: nvdisasm pads its comments by the length of the symbols' names)
+    return regs, [" ".join(SYMBOL.sub("SYMBOL", i).split()) for i in INSTRUCTION.findall(text)]
 
 
 def main():

@@ -57,11 +57,12 @@ def ops(dtype, vpt, width, whole=True):
     acc = jit.accumulator(dtype)
     load_row, store_row = vector.row_io(width, dtype)
     whole_load, whole_store = vector_chunk.converted(width, dtype, vpt)
+    fetch = vector_chunk.chunked(load_row, whole_load, vpt, width)  # one test a whole chunk
 
     @jit.device
     def load(x, row, base, stop, t, team, v, pad):
-        if whole and base + team * vpt <= stop:  # a whole chunk (the common case): one test
-            whole_load(x, row, base + t * width, team * width, v)  # every load, then the values
+        if whole:
+            fetch(x, row, base, stop, t, team, v, pad)  # every load, then the values
         else:
             for i in range(vpt // width):
                 load_row(x, row, base + (t + i * team) * width, stop, v, i * width, pad)

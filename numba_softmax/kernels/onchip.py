@@ -71,7 +71,7 @@ def keeper(dtype, vpt, width):
     acc = jit.accumulator(dtype)
     io = chunk.ops(dtype, vpt, width)
     load_row, _ = vector.raw_row_io(width)
-    whole = vector_chunk.strided(width, vpt // width)[0]
+    fetch = vector_chunk.chunked(load_row, vector_chunk.strided(width, vpt // width)[0], vpt, width)
     to_acc = jit.loader(dtype)
     raw = vector.storage_type(dtype)
     fill = pairs.pad_bits(dtype, -math.inf) if raw == numba.uint16 else -math.inf  # −inf, stored
@@ -86,11 +86,7 @@ def keeper(dtype, vpt, width):
         base, j = start, U(t * stride)  # thread t's next place in held (unsigned: below)
         pad = raw(fill)  # past the end: −inf, as stored
         while base < stop:
-            if base + team * vpt <= stop:  # a whole chunk: its loads before any value is used
-                whole(x, row, base + t * width, team * width, bits)
-            else:
-                for i in range(vectors):
-                    load_row(x, row, base + (t + i * team) * width, stop, bits, i * width, pad)
+            fetch(x, row, base, stop, t, team, bits, pad)  # its loads before any value is used
             for i in range(vpt):
                 v[i] = to_acc(bits[i])
             m_chunk, l_chunk = io.state(v)

@@ -48,7 +48,7 @@ def loads(dtype, vpt, width):
         def value(h, i):
             return load(h[i])
 
-        return (_chunk(load_row, vector_chunk.strided(width, vpt // width)[0], vpt, width),
+        return (vector_chunk.chunked(load_row, vector_chunk.strided(width, vpt // width)[0], vpt, width),
                 value, stored, vpt, pad)
 
     U32 = numba.uint32
@@ -78,23 +78,8 @@ def loads(dtype, vpt, width):
         return to_acc(numba.uint16(w >> U32(16) if i % 2 else w & U32(0xFFFF)))
 
     whole = vector_chunk.strided(width, vpt // width, words=True)[0]
-    return _chunk(fetch, whole, vpt, width), value, U32, vpt // 2, U32(pairs.pad_bits(dtype, -math.inf))
+    return vector_chunk.chunked(fetch, whole, vpt, width), value, U32, vpt // 2, U32(pairs.pad_bits(dtype, -math.inf))
 
-
-def _chunk(one, whole, vpt, width):
-    """A thread's loads of a chunk: ``whole(x, row, j, step, h)`` (:mod:`.vector_chunk`)
-    where the chunk lies inside the row, else ``one(x, row, j, stop, h, offset, pad)`` a
-    vector."""
-
-    @jit.device
-    def fetch(x, row, base, stop, t, team, h, pad):
-        if base + team * vpt <= stop:  # a whole chunk: no test a vector
-            whole(x, row, base + t * width, team * width, h)  # every load before any use
-        else:
-            for i in range(vpt // width):
-                one(x, row, base + (t + i * team) * width, stop, h, i * width, pad)
-
-    return fetch
 
 
 # How far past the running m a chunk's max may be before the state is rescaled

@@ -13,7 +13,8 @@ kernel), so a vector costs one 64-bit add.
     words:  load(x, row, j, step, w)   w[i·4 + k] = word k of the vector at j + i·step
             (16-bit rows, two values a 32-bit word: :func:`.vector.words`)
 
-:func:`converted` is the same with each value converted to the accumulator type and back
+:func:`chunked` takes a chunk by one test — this, where the chunk lies inside the row,
+else vector by vector.  :func:`converted` is the same with each value converted to the accumulator type and back
 (:func:`.jit.loader` / :func:`.jit.storer`), as :func:`.vector.whole_io` converts one
 vector.  Callers guarantee what :mod:`.vector` requires of every vector, for each of
 them (W = 1: any strides, value by value).  Under the CUDA simulator the same names
@@ -182,3 +183,20 @@ def converted(width, dtype, vpt):
         raw_store(y, row, j, step, bits)
 
     return load, store
+
+
+def chunked(one, whole, vpt, width):
+    """``fetch(x, row, base, stop, t, team, h, pad)``: thread t's VPT values of the chunk
+    at x[row, base:] into h — by ``whole(x, row, j, step, h)`` (above) where the chunk
+    lies inside the row (one test, not one a vector), else by
+    ``one(x, row, j, stop, h, offset, pad)`` a vector (``pad`` past ``stop``)."""
+
+    @jit.device
+    def fetch(x, row, base, stop, t, team, h, pad):
+        if base + team * vpt <= stop:  # a whole chunk: no test a vector
+            whole(x, row, base + t * width, team * width, h)  # every load before any use
+        else:
+            for i in range(vpt // width):
+                one(x, row, base + (t + i * team) * width, stop, h, i * width, pad)
+
+    return fetch
