@@ -88,7 +88,11 @@ def holder(dtype, vpt, width, row_threads, pack=True, pad=0.0):
 
     @jit.device
     def load(a, row, base, stop, t, h):
-        for i in range(vpt // WIDTH):  # all vector loads issued before any value is used
+        if base + row_threads * vpt <= stop:  # a whole chunk: no test a vector
+            for i in range(vpt // WIDTH):  # all vector loads issued before any value is used
+                load_words(a, row, base + t * WIDTH + i * step, h, i * 4)
+            return
+        for i in range(vpt // WIDTH):
             j = base + t * WIDTH + i * step
             if j + WIDTH <= stop:
                 load_words(a, row, j, h, i * 4)
