@@ -117,6 +117,10 @@ def holder(dtype, vpt, width, row_threads, pack=True, pad=0.0):
 
     @jit.device
     def store(h, a, row, base, stop, t):
+        if base + row_threads * vpt <= stop:  # a whole chunk: no test a vector
+            for i in range(vpt // WIDTH):
+                store_words(a, row, base + t * WIDTH + i * step, h, i * 4)
+            return
         for i in range(vpt // WIDTH):
             j = base + t * WIDTH + i * step
             if j + WIDTH <= stop:
@@ -141,12 +145,17 @@ def _singles(dtype, vpt, width, row_threads, pad):
     """One value a slot, in the storage type (uint16 bits for bfloat16)."""
     raw_t = numba.from_dtype(np.dtype(dtype))
     load_row, store_row = vector.raw_row_io(width)
+    whole_load, whole_store = vector.io(width)
     to_acc, to_raw = jit.loader(dtype), jit.storer(dtype)
     fill = pad_bits(dtype, pad) if jit.storage(dtype) == jit.BFLOAT16 else pad
 
     @jit.device
     def load(a, row, base, stop, t, h):
-        for i in range(vpt // width):  # all vector loads issued before any value is used
+        if base + row_threads * vpt <= stop:  # a whole chunk: no test a vector
+            for i in range(vpt // width):  # all vector loads issued before any value is used
+                whole_load(a, row, base + (t + i * row_threads) * width, h, i * width)
+            return
+        for i in range(vpt // width):
             load_row(a, row, base + (t + i * row_threads) * width, stop, h, i * width, raw_t(fill))
 
     @jit.device
@@ -159,6 +168,10 @@ def _singles(dtype, vpt, width, row_threads, pad):
 
     @jit.device
     def store(h, a, row, base, stop, t):
+        if base + row_threads * vpt <= stop:
+            for i in range(vpt // width):
+                whole_store(a, row, base + (t + i * row_threads) * width, h, i * width)
+            return
         for i in range(vpt // width):
             store_row(a, row, base + (t + i * row_threads) * width, stop, h, i * width)
 
