@@ -74,11 +74,17 @@ def pad_bits(dtype, pad):
 
 
 @functools.cache
-def holder(dtype, vpt, width, row_threads, pack=True, pad=0.0):
+def holder(dtype, vpt, width, row_threads, pack=True, pad=0.0, whole_stores=False):
     """The :class:`Holder` for VPT values of ``dtype`` a thread, ``row_threads`` threads a
     row (their vectors interleaved: thread t's i-th at base + (t + i·row_threads)·W);
     ``pack`` False holds one value a slot even where pairs are possible; ``pad``: the
-    value held past the row's end (0 for a sum, −inf for a max and a sum of exps)."""
+    value held past the row's end (0 for a sum, −inf for a max and a sum of exps).
+
+    A chunk that lies inside the row is tested once, not once a vector, and each vector
+    is then a constant offset from the first (``row_threads`` is a compile-time
+    constant).  For the pairs' stores only where ``whole_stores`` asks: ptxas gave the
+    row backward's 16-bit kernels 72 registers with it, where they have 64 (a 512-thread
+    cluster block then fits one to a multiprocessor, not two)."""
     if not (pack and packed(dtype, width)):
         return _singles(dtype, vpt, width, row_threads, pad)
     to_acc, to_bits = jit.bits_loader(dtype), jit.bits_storer(dtype)
@@ -117,7 +123,7 @@ def holder(dtype, vpt, width, row_threads, pack=True, pad=0.0):
 
     @jit.device
     def store(h, a, row, base, stop, t):
-        if base + row_threads * vpt <= stop:  # a whole chunk: no test a vector
+        if whole_stores and base + row_threads * vpt <= stop:  # a whole chunk: no test a vector
             for i in range(vpt // WIDTH):
                 store_words(a, row, base + t * WIDTH + i * step, h, i * 4)
             return
