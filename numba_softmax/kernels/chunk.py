@@ -51,9 +51,10 @@ class Ops(NamedTuple):
 @functools.cache
 def ops(dtype, vpt, width, whole=True):
     """The chunk device functions for ``dtype`` rows, VPT values per thread, W per vector.
-    ``whole`` False: every chunk vector by vector, each vector tested and addressed on its
-    own — for a kernel whose team is a compile-time constant (:mod:`.fused`), where each
-    vector's address is already a constant offset from the first."""
+    A chunk inside the row is tested once either way.  ``whole`` (default) then addresses
+    its vectors from one address (:mod:`.vector_chunk`); False addresses each vector on
+    its own — for a kernel whose team is a compile-time constant (:mod:`.fused`), where
+    each vector's address is already a constant offset from the first."""
     acc = jit.accumulator(dtype)
     load_row, store_row = vector.row_io(width, dtype)
     whole_load, whole_store = vector_chunk.converted(width, dtype, vpt)

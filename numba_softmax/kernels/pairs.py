@@ -82,9 +82,10 @@ def holder(dtype, vpt, width, row_threads, pack=True, pad=0.0, whole_stores=Fals
 
     A chunk that lies inside the row is tested once, not once a vector, and each vector
     is then a constant offset from the first (``row_threads`` is a compile-time
-    constant).  For the pairs' stores only where ``whole_stores`` asks: ptxas gave the
-    row backward's 16-bit kernels 72 registers with it, where they have 64 (a 512-thread
-    cluster block then fits one to a multiprocessor, not two)."""
+    constant).  The pairs' stores do so only where ``whole_stores`` asks: with it, ptxas
+    gave the row backward's 16-bit kernels 72 registers, where they have 64 (a 512-thread
+    cluster block then fits one to a multiprocessor, not two).  Values held one a slot
+    always do (their kernels' registers fell with it)."""
     if not (pack and packed(dtype, width)):
         return _singles(dtype, vpt, width, row_threads, pad)
     to_acc, to_bits = jit.bits_loader(dtype), jit.bits_storer(dtype)
