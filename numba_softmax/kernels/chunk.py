@@ -51,21 +51,23 @@ class Ops(NamedTuple):
 @functools.cache
 def ops(dtype, vpt, width, whole=True):
     """The chunk device functions for ``dtype`` rows, VPT values per thread, W per vector.
-    ``whole`` False: every chunk vector by vector, each vector tested and addressed on its
-    own — for a kernel whose team is a compile-time constant (:mod:`.fused`), where each
-    vector's address is already a constant offset from the first."""
+    A chunk inside the row is tested once either way.  ``whole`` (default) then addresses
+    its vectors from one address (:mod:`.vector_chunk`); False addresses each vector on
+    its own — for a kernel whose team is a compile-time constant (:mod:`.fused`), where
+    each vector's address is already a constant offset from the first."""
     acc = jit.accumulator(dtype)
     load_row, store_row = vector.row_io(width, dtype)
     whole_load, whole_store = vector_chunk.converted(width, dtype, vpt)
-    fetch = vector_chunk.chunked(load_row, whole_load, vpt, width)  # one test a whole chunk
+    vector_load, vector_store = vector.whole_io(width, dtype)
 
     @jit.device
-    def load(x, row, base, stop, t, team, v, pad):
-        if whole:
-            fetch(x, row, base, stop, t, team, v, pad)  # every load, then the values
-        else:
-            for i in range(vpt // width):
-                load_row(x, row, base + (t + i * team) * width, stop, v, i * width, pad)
+    def vectors(x, row, j, step, v):  # (a constant team: each vector a constant offset)
+        for i in range(vpt // width):
+            vector_load(x, row, j + i * step, v, i * width)
+
+    # load(x, row, base, stop, t, team, v, pad): one test a whole chunk, every load, then
+    # the values
+    load = vector_chunk.chunked(load_row, whole_load if whole else vectors, vpt, width)
 
     @jit.device
     def state(v):
@@ -86,8 +88,12 @@ def ops(dtype, vpt, width, whole=True):
 
     @jit.device
     def store(y, row, base, stop, t, team, v):
-        if whole and base + team * vpt <= stop:
-            whole_store(y, row, base + t * width, team * width, v)
+        if base + team * vpt <= stop:
+            if whole:
+                whole_store(y, row, base + t * width, team * width, v)
+            else:
+                for i in range(vpt // width):
+                    vector_store(y, row, base + (t + i * team) * width, v, i * width)
         else:
             for i in range(vpt // width):
                 store_row(y, row, base + (t + i * team) * width, stop, v, i * width)
@@ -136,7 +142,7 @@ def held(dtype, vpt, width, team, pack=True):
     ``exp`` a value, in the registers the pairs give up as it fills)."""
     acc = jit.accumulator(dtype)
     slot, slots, hold, get, put, give, renew = pairs.holder(dtype, vpt, width, team, pack,
-                                                            -math.inf)
+                                                            -math.inf, whole_stores=True)
 
     @jit.device
     def state(h):
@@ -189,10 +195,12 @@ def team_row(x, team):
     """(row, t, n) of the calling thread: its team's row, its place in the team, and the
     row's length — 0 for a team past the last row, which then reads and writes nothing
     but still meets its block at every barrier."""
-    per_block = cuda.blockDim.x // team
-    row = cuda.blockIdx.x * per_block + cuda.threadIdx.x // team
+    # (unsigned 32-bit: Numba's int64 ``//`` and ``%`` carry Python's sign fix-ups)
+    per_block = jit.udivmod(cuda.blockDim.x, team)[0]
+    team_in_block, t = jit.udivmod(cuda.threadIdx.x, team)
+    row = cuda.blockIdx.x * per_block + team_in_block
     n = x.shape[1] if row < x.shape[0] else 0
-    return row, cuda.threadIdx.x % team, n
+    return row, t, n
 
 
 class TeamPlan(NamedTuple):

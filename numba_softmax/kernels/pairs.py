@@ -74,11 +74,18 @@ def pad_bits(dtype, pad):
 
 
 @functools.cache
-def holder(dtype, vpt, width, row_threads, pack=True, pad=0.0):
+def holder(dtype, vpt, width, row_threads, pack=True, pad=0.0, whole_stores=False):
     """The :class:`Holder` for VPT values of ``dtype`` a thread, ``row_threads`` threads a
     row (their vectors interleaved: thread t's i-th at base + (t + i·row_threads)·W);
     ``pack`` False holds one value a slot even where pairs are possible; ``pad``: the
-    value held past the row's end (0 for a sum, −inf for a max and a sum of exps)."""
+    value held past the row's end (0 for a sum, −inf for a max and a sum of exps).
+
+    A chunk that lies inside the row is tested once, not once a vector, and each vector
+    is then a constant offset from the first (``row_threads`` is a compile-time
+    constant).  The pairs' stores do so only where ``whole_stores`` asks: with it, ptxas
+    gave the row backward's 16-bit kernels 72 registers, where they have 64 (a 512-thread
+    cluster block then fits one to a multiprocessor, not two).  Values held one a slot
+    always do (their kernels' registers fell with it)."""
     if not (pack and packed(dtype, width)):
         return _singles(dtype, vpt, width, row_threads, pad)
     to_acc, to_bits = jit.bits_loader(dtype), jit.bits_storer(dtype)
@@ -88,7 +95,11 @@ def holder(dtype, vpt, width, row_threads, pack=True, pad=0.0):
 
     @jit.device
     def load(a, row, base, stop, t, h):
-        for i in range(vpt // WIDTH):  # all vector loads issued before any value is used
+        if base + row_threads * vpt <= stop:  # a whole chunk: no test a vector
+            for i in range(vpt // WIDTH):  # all vector loads issued before any value is used
+                load_words(a, row, base + t * WIDTH + i * step, h, i * 4)
+            return
+        for i in range(vpt // WIDTH):
             j = base + t * WIDTH + i * step
             if j + WIDTH <= stop:
                 load_words(a, row, j, h, i * 4)
@@ -113,6 +124,10 @@ def holder(dtype, vpt, width, row_threads, pack=True, pad=0.0):
 
     @jit.device
     def store(h, a, row, base, stop, t):
+        if whole_stores and base + row_threads * vpt <= stop:  # a whole chunk: no test a vector
+            for i in range(vpt // WIDTH):
+                store_words(a, row, base + t * WIDTH + i * step, h, i * 4)
+            return
         for i in range(vpt // WIDTH):
             j = base + t * WIDTH + i * step
             if j + WIDTH <= stop:
@@ -137,12 +152,17 @@ def _singles(dtype, vpt, width, row_threads, pad):
     """One value a slot, in the storage type (uint16 bits for bfloat16)."""
     raw_t = numba.from_dtype(np.dtype(dtype))
     load_row, store_row = vector.raw_row_io(width)
+    whole_load, whole_store = vector.io(width)
     to_acc, to_raw = jit.loader(dtype), jit.storer(dtype)
     fill = pad_bits(dtype, pad) if jit.storage(dtype) == jit.BFLOAT16 else pad
 
     @jit.device
     def load(a, row, base, stop, t, h):
-        for i in range(vpt // width):  # all vector loads issued before any value is used
+        if base + row_threads * vpt <= stop:  # a whole chunk: no test a vector
+            for i in range(vpt // width):  # all vector loads issued before any value is used
+                whole_load(a, row, base + (t + i * row_threads) * width, h, i * width)
+            return
+        for i in range(vpt // width):
             load_row(a, row, base + (t + i * row_threads) * width, stop, h, i * width, raw_t(fill))
 
     @jit.device
@@ -155,6 +175,10 @@ def _singles(dtype, vpt, width, row_threads, pad):
 
     @jit.device
     def store(h, a, row, base, stop, t):
+        if base + row_threads * vpt <= stop:
+            for i in range(vpt // width):
+                whole_store(a, row, base + (t + i * row_threads) * width, h, i * width)
+            return
         for i in range(vpt // width):
             store_row(a, row, base + (t + i * row_threads) * width, stop, h, i * width)
 

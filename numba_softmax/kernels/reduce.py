@@ -62,7 +62,7 @@ def block_combine(m, l, m_shared, l_shared):
     ``m_shared``/``l_shared``: shared arrays of 32 slots in the accumulation type.
     """
     tid = cuda.threadIdx.x
-    warp, lane = tid // WARP, tid % WARP
+    warp, lane = jit.udivmod(tid, WARP)  # (unsigned: no sign fix-ups)
     n_warps = cuda.blockDim.x // WARP
     m, l = warp_combine(m, l)
     if lane == 0:
@@ -89,7 +89,7 @@ def team_combine_traced(m, l, m_slots, l_slots, team, trace):
     if team <= WARP:
         return m, l  # a warp per row: the butterfly was the whole tree
     tid = cuda.threadIdx.x
-    warp, lane = tid // WARP, tid % WARP
+    warp, lane = jit.udivmod(tid, WARP)  # (unsigned: no sign fix-ups)
     if lane == 0:
         m_slots[warp] = m
         l_slots[warp] = l
@@ -98,7 +98,7 @@ def team_combine_traced(m, l, m_slots, l_slots, team, trace):
         l_slots[WARP + tid] = 0.0
     cuda.syncthreads()  # every warp's state is posted before any team reads
     warps = team // WARP  # lane k < warps reads warp k of its team; the rest the identity
-    k = warp - warp % warps + lane if lane < warps else WARP + lane
+    k = warp - jit.udivmod(warp, warps)[1] + lane if lane < warps else WARP + lane
     m, l = warp_combine_traced(m_slots[k], l_slots[k], trace, 6)
     cuda.syncthreads()  # all reads are done before a later call writes the slots again
     return m, l
