@@ -43,7 +43,7 @@ keys or 4 rows a warp reads at once start in different bank groups), P and dS wi
 Bc + VW, a lane's keys of dK, dV consecutive in a row of P or dS and its columns in
 vectors of VV.  LSE and D come from global memory (L1), so that 32 × 32 tiles at D = 128
 take 75 KB and three blocks still fit a multiprocessor.  The tiles arrive 16 bytes a load
-where the arrays allow it (:func:`.attention_backward_io.stager`), and on sm_90 a lane adds
+where the arrays allow it (:func:`.flash_tiles.stager`, the forward's), and on sm_90 a lane adds
 its 4 consecutive dQ columns in one ``red.global.add.v4.f32``.  H200, B 4 × H 8 × S 4096,
 TFLOP/s (``docs/algorithms/backward.md``, "Vector reads"): D 128 15.6 → 24.0–24.6 (0.42 →
 0.65–0.67× SDPA's backward), D 64 21.3 → 29.0–29.7.  NumPy twin:
@@ -61,7 +61,7 @@ from . import attention_backward_io as io
 from . import attention_backward_products as products
 from . import jit, launcher, tileio
 from .jit import accumulator
-from .flash_tiles import shared_limit
+from .flash_tiles import shared_limit, stager
 from .mma import red_add_v4
 
 MAX_HEAD_DIM = 128
@@ -140,8 +140,9 @@ def kernel(dtype, d, dv, block_q, block_k, warps, vec=1, red4=False):
     DL, DVL = -(-d // VW) * VW, -(-dv // VW) * VW  # the d loops, in whole vectors
     QS, VS, PS = strides(d, dv, BC, VW)
     (Q0, O0, K0, V0, P0, S0), _ = layout(d, dv, BR, BC, VW)
-    stage_q, stage_o = (io.stager(dtype, T, BR, _pad8(n), vec) for n in (d, dv))
-    stage_k, stage_v = (io.stager(dtype, T, BC, _pad8(n), vec) for n in (d, dv))
+    stage = lambda rows, n, st: stager(dtype, T, rows, n, st, vec, span=_pad8(n))  # noqa: E731
+    stage_q, stage_o = stage(BR, d, QS), stage(BR, dv, VS)
+    stage_k, stage_v = stage(BC, d, QS), stage(BC, dv, VS)
     rows_x_keys = products.along(dtype, RPL, CPL)
     keys_x_d, keys_x_dv = products.down(dtype, KPL, ND, VD), products.down(dtype, KPL, NV, VV)
     rows_x_d = products.across(dtype, RPL, ND, VD)
@@ -185,14 +186,14 @@ def kernel(dtype, d, dv, block_q, block_k, warps, vec=1, red4=False):
                 dk_acc[a, c] = zero
             for c in range(NV):
                 dv_acc[a, c] = zero
-        stage_k(sm, K0, QS, k, b, hkv, j0, sk, d, sc)  # scale·K_j, V_j: once; keys ≥ Sk: 0
-        stage_v(sm, V0, VS, v, b, hkv, j0, sk, dv, one)
+        stage_k(sm, K0, k, b, hkv, j0, sk, sc)  # scale·K_j, V_j: once; keys ≥ Sk: 0
+        stage_v(sm, V0, v, b, hkv, j0, sk, one)
 
         for h in range(hkv * group, (hkv + 1) * group):  # the query heads of this K/V head
             for i0 in range(i_lo, i_hi, BR):
                 cuda.syncthreads()  # every warp is done with the last Q_i, dO_i, P, dS
-                stage_q(sm, Q0, QS, q, b, h, i0, sq, d, one)
-                stage_o(sm, O0, VS, do, b, h, i0, sq, dv, one)
+                stage_q(sm, Q0, q, b, h, i0, sq, one)
+                stage_o(sm, O0, do, b, h, i0, sq, one)
                 # each row's LSE and D, from global memory (the 8 lanes of a row read one
                 # value); LSE = −inf (a row that saw no key) and rows ≥ Sq: +inf, so P = 0
                 for i in range(RPL):

@@ -1,9 +1,6 @@
-"""What goes in and out of the attention backward (:mod:`.attention_backward`): its tile
-stager and the two small kernels around it.
+"""What goes in and out of the attention backward (:mod:`.attention_backward`): the two
+small kernels around it and the launch that runs all three.
 
-``stager``      a device function: a tile of a (B, H, S, D) array into shared memory, in
-                the accumulator type, 16 bytes a load where the arrays allow it,
-                ``batch`` loads in flight per thread.
 ``preprocess``  D_i = rowsum(dO_i ∘ O_i) for every query row, and the row of the dQ
                 accumulator zeroed — FlashAttention-2's ``flash_bwd_preprocess``.  D_i is
                 Σ_j P_ij dP_ij computed without P: dP = dO Vᵀ and O = P V give
@@ -20,55 +17,13 @@ import math
 
 from numba import cuda
 
-from . import jit, launcher, tileio
+from . import jit, launcher
 from .jit import accumulator
 from .launcher import scratch
 
 FULL_MASK = 0xFFFFFFFF
 LANES = 8  # lanes per row in the preprocess kernel
 THREADS = 128
-
-
-@functools.cache
-def stager(dtype, threads, rows, span, vec=1, batch=8):
-    """Device function ``stage(sm, off, stride, src, b, h, first, stop, cols, sc)``: rows
-    [first, first + rows) of src[b, h], times ``sc``, into sm[off + r·stride + c],
-    c < ``span``, in the accumulator type; rows ≥ ``stop`` and columns ≥ ``cols`` read
-    as 0.  A thread moves ``vec`` consecutive values at a time (one 16-byte load where
-    vec·itemsize = 16: the host checks the arrays allow it, :func:`.tileio.global_width`;
-    ``cols`` and ``span`` are multiples of vec), and issues ``batch`` loads before their
-    stores (a store between two loads could alias the second, and would serialise them)."""
-    acc = accumulator(dtype)
-    per_row = span // vec
-    total = rows * per_row
-    sw = math.gcd(vec, 16 // (acc.bitwidth // 8))  # values a shared store
-    load, store = tileio.global_load(vec), tileio.shared_store(sw)
-    n_buf = batch * vec
-
-    @jit.device
-    def stage(sm, off, stride, src, b, h, first, stop, cols, sc):
-        buf = cuda.local.array(n_buf, acc)
-        e0 = cuda.threadIdx.x
-        while e0 < total:
-            for u in range(batch):  # the batch's loads, in flight together
-                e = e0 + u * threads
-                r, c = e // per_row, (e % per_row) * vec
-                if e < total and first + r < stop and c < cols:
-                    load(src, b, h, first + r, c, buf, u * vec)
-                    for w in range(vec):
-                        buf[u * vec + w] *= sc
-                else:
-                    for w in range(vec):
-                        buf[u * vec + w] = acc(0.0)
-            for u in range(batch):  # then their stores
-                e = e0 + u * threads
-                if e < total:
-                    r, c = e // per_row, (e % per_row) * vec
-                    for w in range(vec // sw):
-                        store(sm, off + r * stride + c + w * sw, buf, u * vec + w * sw)
-            e0 += batch * threads
-
-    return stage
 
 
 @functools.cache

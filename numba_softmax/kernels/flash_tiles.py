@@ -26,6 +26,7 @@ reads are 8 lanes × VV consecutive values.
 """
 
 import functools
+import math
 from typing import NamedTuple
 
 from numba import cuda
@@ -127,21 +128,22 @@ def fit_tiles(d, dv, small=False):
 
 
 @functools.cache
-def stager(dtype, threads, rows, cols, stride, width, batch=8):
+def stager(dtype, threads, rows, cols, stride, width, batch=8, span=None):
     """Device function ``stage(dst, base, src, i0, i1, first, stop, sc)``: copy rows
-    ``first`` … ``first + rows`` of ``src[i0, i1, :, :cols]`` (4-D) into the float32 shared
-    array ``dst`` at ``base + r·stride + c``, times ``sc``; rows at or past ``stop`` and
-    the columns ``cols`` … ⌈cols/4⌉·4 are written as 0.
+    ``first`` … ``first + rows`` of ``src[i0, i1, :, :cols]`` (4-D) into the shared array
+    ``dst`` (the accumulator type) at ``base + r·stride + c``, times ``sc``; rows at or
+    past ``stop`` and the columns ``cols`` … ``span`` (default ⌈cols/4⌉·4) are written
+    as 0.  (The forward and, with its own span, the CUDA-core backward stage through it.)
 
     Each thread takes chunks of ``width`` consecutive values (one 16-byte load when
     width·itemsize = 16; consecutive threads take consecutive chunks: coalesced), and
     loads a batch of them before it stores any — ``batch`` loads in flight, not one."""
     acc = accumulator(dtype)
-    span = -(-cols // 4) * 4
+    span = -(-cols // 4) * 4 if span is None else span
     per_row = -(-span // width)
     total = rows * per_row
     batch = max(1, min(batch, -(-total // threads)))
-    sw = min(width, 4)  # float32 values per shared store
+    sw = math.gcd(width, 16 // (acc.bitwidth // 8))  # values per shared store (16 bytes at most)
     BUF = batch * width
     load = tileio.global_load(width)
     store = tileio.shared_store(sw)
