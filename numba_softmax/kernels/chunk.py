@@ -142,7 +142,7 @@ def held(dtype, vpt, width, team, pack=True):
     ``exp`` a value, in the registers the pairs give up as it fills)."""
     acc = jit.accumulator(dtype)
     slot, slots, hold, get, put, give, renew = pairs.holder(dtype, vpt, width, team, pack,
-                                                            -math.inf, whole_stores=True)
+                                                            -math.inf, one_test=True)
 
     @jit.device
     def state(h):

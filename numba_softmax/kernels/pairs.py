@@ -74,20 +74,20 @@ def pad_bits(dtype, pad):
 
 
 @functools.cache
-def holder(dtype, vpt, width, row_threads, pack=True, pad=0.0, whole_stores=False):
+def holder(dtype, vpt, width, row_threads, pack=True, pad=0.0, one_test=False):
     """The :class:`Holder` for VPT values of ``dtype`` a thread, ``row_threads`` threads a
     row (their vectors interleaved: thread t's i-th at base + (t + i·row_threads)·W);
     ``pack`` False holds one value a slot even where pairs are possible; ``pad``: the
     value held past the row's end (0 for a sum, −inf for a max and a sum of exps).
 
-    A chunk that lies inside the row is tested once, not once a vector, and each vector
-    is then a constant offset from the first (``row_threads`` is a compile-time
-    constant).  The pairs' stores do so only where ``whole_stores`` asks: with it, ptxas
-    gave the row backward's 16-bit kernels 72 registers, where they have 64 (a 512-thread
-    cluster block then fits one to a multiprocessor, not two).  Values held one a slot
-    always do (their kernels' registers fell with it)."""
+    ``one_test``: a chunk that lies inside the row is tested once, not once a vector,
+    and each vector is then a constant offset from the first (``row_threads`` is a
+    compile-time constant).  The forward's held rows ask for it (:func:`.chunk.held`).
+    The row backward does not: with it, on an H200, its 16-bit rows of 1024 values fell
+    from 90.6 to 85.7 % of a copy, and float32 1024 × 65536 from 96.8 to 93.1
+    (``docs/benchmarks/NOTES.md``, forty-first session)."""
     if not (pack and packed(dtype, width)):
-        return _singles(dtype, vpt, width, row_threads, pad)
+        return _singles(dtype, vpt, width, row_threads, pad, one_test)
     to_acc, to_bits = jit.bits_loader(dtype), jit.bits_storer(dtype)
     fill = U32(pad_bits(dtype, pad))
     load_words, store_words = vector.words()
@@ -95,7 +95,7 @@ def holder(dtype, vpt, width, row_threads, pack=True, pad=0.0, whole_stores=Fals
 
     @jit.device
     def load(a, row, base, stop, t, h):
-        if base + row_threads * vpt <= stop:  # a whole chunk: no test a vector
+        if one_test and base + row_threads * vpt <= stop:  # a whole chunk: no test a vector
             for i in range(vpt // WIDTH):  # all vector loads issued before any value is used
                 load_words(a, row, base + t * WIDTH + i * step, h, i * 4)
             return
@@ -124,7 +124,7 @@ def holder(dtype, vpt, width, row_threads, pack=True, pad=0.0, whole_stores=Fals
 
     @jit.device
     def store(h, a, row, base, stop, t):
-        if whole_stores and base + row_threads * vpt <= stop:  # a whole chunk: no test a vector
+        if one_test and base + row_threads * vpt <= stop:  # a whole chunk: no test a vector
             for i in range(vpt // WIDTH):
                 store_words(a, row, base + t * WIDTH + i * step, h, i * 4)
             return
@@ -148,8 +148,9 @@ def holder(dtype, vpt, width, row_threads, pack=True, pad=0.0, whole_stores=Fals
     return Holder(U32, vpt // 2, load, get, put, store, renew)
 
 
-def _singles(dtype, vpt, width, row_threads, pad):
-    """One value a slot, in the storage type (uint16 bits for bfloat16)."""
+def _singles(dtype, vpt, width, row_threads, pad, one_test):
+    """One value a slot, in the storage type (uint16 bits for bfloat16); ``one_test`` as in
+    :func:`holder`."""
     raw_t = numba.from_dtype(np.dtype(dtype))
     load_row, store_row = vector.raw_row_io(width)
     whole_load, whole_store = vector.io(width)
@@ -158,7 +159,7 @@ def _singles(dtype, vpt, width, row_threads, pad):
 
     @jit.device
     def load(a, row, base, stop, t, h):
-        if base + row_threads * vpt <= stop:  # a whole chunk: no test a vector
+        if one_test and base + row_threads * vpt <= stop:  # a whole chunk: no test a vector
             for i in range(vpt // width):  # all vector loads issued before any value is used
                 whole_load(a, row, base + (t + i * row_threads) * width, h, i * width)
             return
@@ -175,7 +176,7 @@ def _singles(dtype, vpt, width, row_threads, pad):
 
     @jit.device
     def store(h, a, row, base, stop, t):
-        if base + row_threads * vpt <= stop:
+        if one_test and base + row_threads * vpt <= stop:
             for i in range(vpt // width):
                 whole_store(a, row, base + (t + i * row_threads) * width, h, i * width)
             return

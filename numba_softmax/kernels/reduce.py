@@ -62,7 +62,7 @@ def block_combine(m, l, m_shared, l_shared):
     ``m_shared``/``l_shared``: shared arrays of 32 slots in the accumulation type.
     """
     tid = cuda.threadIdx.x
-    warp, lane = jit.udivmod(tid, WARP)  # (unsigned: no sign fix-ups)
+    warp, lane = tid // WARP, tid % WARP
     n_warps = cuda.blockDim.x // WARP
     m, l = warp_combine(m, l)
     if lane == 0:
