@@ -193,6 +193,42 @@ def test_fused_fill_counts_rows_a_multiprocessor_holds():
     assert fused.fill(8192, np.float64) == 1.0 and fused.fill(6144, np.float64) == 0.75
 
 
+def test_fused_float32_softmax_takes_a_wider_team(monkeypatch):
+    """Float32 softmax rows of 2049 … 12288 values: 8 or 16 values a thread in more warps,
+    held to 32 or 40 registers (fused.WIDE), except rows of whole 1024-value pieces that
+    are not a power of two; other lengths, modes and dtypes keep the default team; a
+    device that does not take the wide team gets the default one."""
+    monkeypatch.setattr(launcher, "max_threads", lambda kernel, args: 1024)
+
+    def team(n, dtype=np.float32, mode="softmax"):
+        x = cuda.device_array((1, n), dtype)
+        y = cuda.device_array((1, 1 if mode == "logsumexp" else n), dtype)
+        return fused.configure(x, y, MODES[mode]).team
+
+    lengths = (2048, 2049, 3072, 4096, 4097, 8192, 10240, 12000, 12288, 12289, 16384)
+    assert [team(n) for n in lengths] == [64, 288, 96, 512, 288, 512, 320, 768, 384, 416, 512]
+    assert fused.wide_team(4096, np.float32, MODES["softmax"]) == (512, 32)
+    assert fused.wide_team(8192, np.float32, MODES["softmax"]) == (512, 40)
+    assert team(8192, mode="log_softmax") == team(8192, np.float16) == 256
+    assert team(8192, np.float64) == 512
+    monkeypatch.setattr(launcher, "max_threads", lambda kernel, args: 256)
+    assert team(8192) == 256 and team(4096) == 128  # the default team, 32 values a thread
+
+
+@pytest.mark.skipif(SIMULATOR, reason="GPU sizes: teams of up to 768 threads")
+@pytest.mark.parametrize("n", [2049, 3067, 4096, 6150, 8192, 12000])
+def test_fused_wide_teams_on_the_gpu(n):
+    """The wide float32 teams (fused.WIDE) on ragged rows, contiguous and reversed (one
+    value a vector), against the float64 reference; the plan is the wide one."""
+    values = np.random.default_rng().standard_normal((37, n)) * 3
+    x, exact = stored(values, "float32")
+    xd = cuda.to_device(x)
+    assert fused.configure(xd, xd, MODES["softmax"]).team == fused.wide_team(n, np.float32, MODES["softmax"])[0]
+    check(run("fused", "softmax", x, "float32"), exact, "softmax", "float32")
+    rev = lambda a: a[::-1, ::-1]  # noqa: E731
+    check(run("fused", "softmax", x, "float32", view=rev), rev(exact), "softmax", "float32")
+
+
 @pytest.mark.parametrize("n", [256, 257, 512, 513])
 def test_online_at_its_thresholds(n):
     """A one-warp team up to 32 × 8 values, two warps beyond; one chunk up to 64 × 8,

@@ -41,18 +41,19 @@ TRACE_LEVELS = 11  # the tree's levels in a trace: own state, 5 warp steps, 5 bl
 
 
 @functools.cache
-def kernel(dtype, vpt, mode, width, team, trace=False, pack=True):
+def kernel(dtype, vpt, mode, width, team, trace=False, pack=True, registers=None):
     """The fused kernel (x, y); with ``trace`` its traced twin (x, y, tr): the same source,
     also writing every level of the block's tree to tr (TRACE_LEVELS, threads, 2).
     ``pack``: float16 / bfloat16 rows held two values a register (:func:`.chunk.held`;
-    the arrays are then passed as their uint16 bits, :func:`configure`)."""
+    the arrays are then passed as their uint16 bits, :func:`configure`).  ``registers``:
+    the cap of a float32 softmax kernel (default :data:`REGISTERS`; :data:`WIDE`)."""
     acc = jit.accumulator(dtype)
     hd = chunk.held(dtype, vpt, width, team, pack)
     slots, slot = hd.slots, hd.slot  # (compile-time constants for the register array)
     paired = pack and pairs.packed(dtype, width)
     keep = mode == SOFTMAX and np.dtype(dtype) == np.float32  # exps kept: see below
     keep_pairs = mode == SOFTMAX and paired  # 16-bit pairs' exps kept in float32
-    options = compile_options(keep or keep_pairs, paired)
+    options = compile_options(keep or keep_pairs, paired, registers)
     store = jit.storer(dtype)
     io = chunk.ops(dtype, vpt, width, whole=False)  # (the team is a constant: see fused_rows)
     kept = vpt if keep_pairs else 1  # float32 exps beside the pairs (1: none, compiled away)
@@ -139,18 +140,52 @@ blocks allow 72 registers, with which ptxas spilled 76 bytes where 64 spill none
 (float32 2048 × 14336: 81.8 % of copy against 95.9 in teams of 512)."""
 
 
-def compile_options(keep, pack):
-    """``cuda.jit`` options of the kernel: :data:`REGISTERS` where it holds kept exps or
-    pairs, else none (ptxas chooses)."""
-    return dict(max_registers=REGISTERS) if keep or pack else {}
+WIDE = ((4096, 8, 32), (12288, 16, 40))
+"""Float32 softmax rows longer than 2048 values: (longest row, values a thread, registers).
+Up to 12288 values, a row that is a power of two long or not a whole number of 1024-value
+pieces gets a wider team than :func:`default_team`'s (8 or 16 values a thread, not 32),
+held to fewer registers, so that a multiprocessor keeps more warps resident.  H200, % of
+a copy of the same bytes, default team against wide, two runs each, a b a b
+(``docs/benchmarks/NOTES.md``, forty-second session; the Triton tutorial kernel beside):
+
+    wins    8192 × 4096 96.8 → 97.7 (tutorial 97.6), 4096 × 8192 96.1 → 96.8 (97.1),
+            4096 × 4096 97.6 → 98.3, 2048 × 8192 96.4 → 96.6, 8192 × 2560 97.0 → 98.0,
+            4096 × 5000 95.7 → 96.6, 1024 × 12000 89.4 → 92.4, 1365 × 12288 94.4 → 94.9
+    losses  5461 × 3072 99.0 → 98.6, 2730 × 6144 98.2 → 97.7, 1638 × 10240 97.5 → 96.1
+
+so rows of whole 1024-value pieces that are not a power of two (3072, 5120, … 12288)
+keep the default team: three of the four measured lost, and 12288 gained half a point
+(``auto`` gives it ``onchip``).  At 16384 values no wider team won (1024 × 16: one block a
+multiprocessor, 86 %); at 2048 the default 64 × 32 led (97.7 against 97.4).  Why a power
+of two is slow with the default team is not known."""
+
+
+def compile_options(keep, pack, registers=None):
+    """``cuda.jit`` options of the kernel: ``registers`` (default :data:`REGISTERS`) where
+    it holds kept exps or pairs, else none (ptxas chooses)."""
+    return dict(max_registers=registers or REGISTERS) if keep or pack else {}
+
+
+def wide_team(n, dtype, mode):
+    """(team, registers) of :data:`WIDE` for a float32 softmax row of n values, or None."""
+    if mode != SOFTMAX or np.dtype(dtype) != np.float32 or n <= 2048:
+        return None
+    if n % 1024 == 0 and n & (n - 1):  # whole pieces, not a power of two: the default's
+        return None
+    for longest, vpt, registers in WIDE:
+        if n <= longest:
+            return WARP * -(-n // (WARP * vpt)), registers
+    return None
 
 
 def configure(x, y, mode, threads=None, vpt=None, rows_per_block=None, max_threads=None,
               pack=None):
     """The launch: ``threads`` per row (a team; default: the smallest whole number of
     warps that holds the row at :func:`max_vpt` values a thread — a warp up to 1024
-    float32 values, :func:`default_team`), the fewest values per thread that hold the
-    row, ``rows_per_block`` teams per block (default: one, so a block is one team).  The team never exceeds the compiled kernel's own limit
+    float32 values, :func:`default_team`; most float32 softmax rows of 2049 … 12288 values
+    a wider team held to fewer registers, :func:`wide_team`, where the device takes it), the
+    fewest values per thread that hold the row, ``rows_per_block`` teams per block
+    (default: one, so a block is one team).  The team never exceeds the compiled kernel's own limit
     (:func:`.launcher.max_threads`), capped by ``max_threads``; a row that does not fit
     raises ``ValueError``.  ``pack`` (default: where :func:`.pairs.packed`; False: never):
     float16 / bfloat16 held two to a register, the same values a thread in half the
@@ -163,6 +198,10 @@ def configure(x, y, mode, threads=None, vpt=None, rows_per_block=None, max_threa
     pack = pairs.packed(x.dtype, width) and pack is not False
     cap = (max_threads or 1024) // WARP * WARP
     team = min(threads or default_team(n, x.dtype), cap)
+    wide = None if threads or vpt else wide_team(n, x.dtype, mode)
+    registers = None
+    if wide is not None and wide[0] <= cap:
+        team, registers = wide
     while True:
         fit = max(vpt or fit_vpt(n, team, x.dtype), width)
         if team * fit < n or fit % width or fit > max_vpt(team, x.dtype):
@@ -171,15 +210,18 @@ def configure(x, y, mode, threads=None, vpt=None, rows_per_block=None, max_threa
                 f"{team * fit} values, got a row of {n}; use method='onchip', 'group', "
                 f"'online' or 'split'"
             )
-        k = kernel(x.dtype, fit, mode, width, team, pack=pack)
+        k = kernel(x.dtype, fit, mode, width, team, pack=pack, registers=registers)
         args = (x, y) if not pack else pairs.bits(x, y) if mode != LOGSUMEXP else (pairs.bits(x)[0], y)
         limit = min(cap, launcher.max_threads(k, args)) // WARP * WARP  # (whole warps)
         if team <= limit:
             break
+        if registers is not None:  # a wide team the device does not take: the default's
+            team, registers = min(default_team(n, x.dtype), cap), None
+            continue
         team = limit  # the kernel's registers allow fewer threads: more values each
     per_block = rows_per_block or 1
     block = team * min(per_block, max(1, limit // team))
-    k = kernel(x.dtype, fit, mode, width, team, pack=pack)
+    k = kernel(x.dtype, fit, mode, width, team, pack=pack, registers=registers)
     return chunk.TeamPlan(k, -(-rows // (block // team)), block, team, args)
 
 
@@ -223,7 +265,7 @@ def default_team(n, dtype=np.float32, exact=True):
 
 def fill(n, dtype=np.float32):
     """The share of the values a multiprocessor could hold in registers that rows of n
-    values fill with the default launch: blocks a multiprocessor (1024 threads at 64
+    values fill in teams of :func:`default_team`: blocks a multiprocessor (1024 threads at 64
     registers, :data:`REGISTERS`) × n, over 1024 × :func:`max_vpt`.  A memory-bound
     kernel's rate follows the bytes a multiprocessor has in flight, which ``auto``
     (:func:`.methods.choose`) reads from this: 16384 float32 values (2 blocks of 512)
