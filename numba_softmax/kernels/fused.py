@@ -145,19 +145,11 @@ WIDE = ((4096, 8, 32), (12288, 16, 40))
 Up to 12288 values, a row that is a power of two long or not a whole number of 1024-value
 pieces gets a wider team than :func:`default_team`'s (8 or 16 values a thread, not 32),
 held to fewer registers, so that a multiprocessor keeps more warps resident.  H200, % of
-a copy of the same bytes, default team against wide, two runs each, a b a b
-(``docs/benchmarks/NOTES.md``, forty-second session; the Triton tutorial kernel beside):
-
-    wins    8192 × 4096 96.8 → 97.7 (tutorial 97.6), 4096 × 8192 96.1 → 96.8 (97.1),
-            4096 × 4096 97.6 → 98.3, 2048 × 8192 96.4 → 96.6, 8192 × 2560 97.0 → 98.0,
-            4096 × 5000 95.7 → 96.6, 1024 × 12000 89.4 → 92.4, 1365 × 12288 94.4 → 94.9
-    losses  5461 × 3072 99.0 → 98.6, 2730 × 6144 98.2 → 97.7, 1638 × 10240 97.5 → 96.1
-
-so rows of whole 1024-value pieces that are not a power of two (3072, 5120, … 12288)
-keep the default team: three of the four measured lost, and 12288 gained half a point
-(``auto`` gives it ``onchip``).  At 16384 values no wider team won (1024 × 16: one block a
-multiprocessor, 86 %); at 2048 the default 64 × 32 led (97.7 against 97.4).  Why a power
-of two is slow with the default team is not known."""
+a copy of the same bytes: 8192 × 4096 96.8 → 97.7 (the Triton tutorial 97.6), 4096 ×
+8192 96.1 → 96.8 (97.1), 1024 × 12000 89.4 → 92.4; but 1638 × 10240 97.5 → 96.1, so
+rows of whole 1024-value pieces other than a power of two keep the default team.  The
+measurements and the ``ncu`` profile behind them: ``docs/algorithms/fused.md``, "Wide
+float32 teams"."""
 
 
 def compile_options(keep, pack, registers=None):
