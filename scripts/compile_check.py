@@ -136,7 +136,8 @@ def _softmax():
         return C(uint16, 2), C(uint16, 2)
 
     # fused (v2): team·vpt hold the row; configure: the smallest team at max_vpt (32 a
-    # thread up to 512 threads, 16 beyond; float64 half), the fewest values that hold it;
+    # thread up to 512 threads, 16 beyond; float64 half), the fewest values that hold it
+    # (float32 softmax rows of 2049 … 12288 values: a wide team, fused.wide_team);
     # 16-bit rows of 16-byte vectors held two to a register (pairs), as uint16 bits
     F = "kernels.fused:kernel"
     for d in ("f32", "f16", "bf16"):
@@ -144,7 +145,13 @@ def _softmax():
                          (NP[d], 32, SOFTMAX, W16[d], 32), bits(d) if d in HALF else rows(d),
                          block=32))
     out += [
-        Entry("fused", "f32 4096x8192 team256 vpt32", F, (NP["f32"], 32, SOFTMAX, 4, 256),
+        Entry("fused", "f32 4096x8192 team512 vpt16 wide (40 registers)", F,
+              (NP["f32"], 16, SOFTMAX, 4, 512, False, True, 40), rows("f32"), block=512),
+        Entry("fused", "f32 8192x4096 team512 vpt8 wide (32 registers)", F,
+              (NP["f32"], 8, SOFTMAX, 4, 512, False, True, 32), rows("f32"), block=512),
+        Entry("fused", "f32 x12000 team768 vpt16 wide (40 registers)", F,
+              (NP["f32"], 16, SOFTMAX, 4, 768, False, True, 40), rows("f32"), block=768),
+        Entry("fused", "f32 x8192 team256 vpt32 log_softmax", F, (NP["f32"], 32, LOG_SOFTMAX, 4, 256),
               rows("f32"), block=256),
         Entry("fused", "f16 4096x8192 team256 vpt32 pairs", F, (NP["f16"], 32, SOFTMAX, 8, 256),
               bits("f16"), block=256),
