@@ -14,7 +14,9 @@ reads its partner's value.  Rounds alternate between the boards: a lane can post
 board again only after the *next* barrier, which the slowest reader of that board
 reaches only once it has read — one barrier per shuffle, not two.  Like the hardware's
 full-mask shuffle, it needs every lane of the warp to take part (the kernels here use
-whole warps).
+whole warps).  A lane that has returned no longer counts; a lane that raises (the
+simulator raises where a GPU gives inf or NaN) fails the launch with its error, and its
+warp's waiting lanes are released (:func:`lane_done`) — a fuzz case once hung CI there.
 
 **Blocks, and cooperative grids**: :mod:`._sim_blocks` — how the simulator runs a
 block (barriers instead of a polling loop), a cooperative kernel's blocks all at once
@@ -58,7 +60,8 @@ class _Warp:
 
 
 def _warp_of(me):
-    """The boards and barrier of the calling thread's warp (made on first use)."""
+    """The boards and barrier of the calling thread's warp (made on first use, without
+    the lanes that have already returned)."""
     manager = me._manager
     warp = me.thread_id // WARP
     with _lock:
@@ -67,8 +70,33 @@ def _warp_of(me):
             block = 1
             for d in manager._block_dim:
                 block *= d
-            warps[warp] = _Warp(min(WARP, block - warp * WARP))
+            gone = manager.__dict__.get("_ns_gone", {}).get(warp, 0)
+            warps[warp] = _Warp(min(WARP, block - warp * WARP) - gone)
+            if manager.__dict__.get("_ns_failed"):
+                warps[warp].barrier.broken = True
         return warps[warp]
+
+
+def lane_done(me, failed):
+    """A simulated thread has returned (``failed``: with an exception).  Its warp's
+    barrier counts it no more; after a failure every warp's barrier releases its waiters
+    with an error — so a lane that raised (the simulator raises where a GPU computes an
+    inf or a NaN: ``math.log(0.0)``, an overflowing ``math.exp``) surfaces as that error,
+    not as its warp waiting for it forever."""
+    manager = me._manager
+    warp = me.thread_id // WARP
+    with _lock:
+        warps = manager.__dict__.setdefault("_warps", {})
+        gone = manager.__dict__.setdefault("_ns_gone", {})
+        gone[warp] = gone.get(warp, 0) + 1
+        if failed:
+            manager._ns_failed = True
+        mine, everyone = warps.get(warp), list(warps.values())
+    if failed:
+        for w in everyone:
+            w.barrier.abort()
+    elif mine is not None:
+        mine.barrier.leave()
 
 
 def _exchange(value):

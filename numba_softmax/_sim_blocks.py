@@ -118,9 +118,13 @@ def _block_manager_class():
             try:
                 super().run()  # (stores an exception in self.exception)
             finally:
-                if self.exception is not None:
+                failed = self.exception is not None
+                if failed:
                     self._manager._ns_barrier.abort()
                 self._manager._ns_barrier.leave()
+                from ._sim import lane_done
+
+                lane_done(self, failed)  # its warp's shuffles wait for it no more
 
     class BlockManager(base):
         """Runs a block's threads with a :class:`_Barrier` for ``syncthreads`` (the

@@ -847,3 +847,39 @@ def test_the_simulator_runs_blocks_out_of_order():
     ticket[16, 1](order, cuda.to_device(np.zeros(1, np.int32)))
     got = order.copy_to_host()
     assert sorted(got) == list(range(16)) and list(got) != list(range(16))
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the simulator's shuffle emulation (numba_softmax/_sim.py)")
+def test_a_lane_that_raises_fails_its_launch_and_a_returned_lane_is_not_waited_for():
+    """A lane that raises (the simulator raises where a GPU computes inf: math.log(0.0))
+    while its warp shuffles fails the launch with that error — the warp once waited for
+    it forever, and a fuzz case hung CI; lanes that returned before a shuffle are not
+    waited for."""
+
+    @cuda.jit
+    def shuffle(x, out, fail_lane):
+        lane = cuda.threadIdx.x
+        if lane == fail_lane:
+            x[lane] = math.log(x[lane])  # 0.0: raises under the simulator
+        if lane >= 24:
+            return
+        out[lane] = cuda.shfl_xor_sync(0xFFFFFFFF, x[lane], 1)
+
+    box = []
+    x = np.zeros(32, np.float64)
+    worker = threading.Thread(target=lambda: box.append(_raised(shuffle, x, 5)), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "the warp waited for the lane that raised"
+    assert "math domain error" in box[0]
+    out = cuda.to_device(np.full(32, -1.0))
+    shuffle[1, 32](cuda.to_device(np.arange(32.0)), out, -1)
+    assert list(out.copy_to_host()[:24]) == [float(i ^ 1) for i in range(24)]
+
+
+def _raised(kernel, x, lane):
+    try:
+        kernel[1, 32](cuda.to_device(x), cuda.to_device(np.zeros(32)), lane)
+    except Exception as e:  # noqa: BLE001 (the simulator's own error, whatever its type)
+        return str(e)
+    return "no error"

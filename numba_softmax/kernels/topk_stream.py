@@ -245,8 +245,8 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor, scaled=True):
             if not lagged:
                 l_chunk = acc(0.0)
                 if m_chunk > -math.inf:  # a NaN in u makes ℓ_c NaN, as combine's does
-                    for i in range(vpt):
-                        w[i] = math.exp(u[i] - m_chunk)
+                    for i in range(vpt):  # (jit.exp: where the simulator's max let a NaN
+                        w[i] = exp(u[i] - m_chunk)  # hide the max, u − m_c overflows Python's)
                     l_chunk = chains(w, False)
                 else:  # no finite value: −inf everywhere, or a NaN the max let go
                     for i in range(vpt):
