@@ -4,6 +4,7 @@ method ≥ the Triton tutorial on every shape"): run on a GPU, alone; prints onl
 
     python scripts/gpu/fused_wide.py          # the default team against the launch fused chooses
     python scripts/gpu/fused_wide.py --map    # teams × register caps at rows of 2048 … 16384
+    python scripts/gpu/fused_wide.py --pad    # both teams on rows laid out 128 bytes apart
 
 Default: float32 softmax at rows of 2560 … 12288 values, the team of
 :func:`~numba_softmax.kernels.fused.default_team` (32 values a thread, 64 registers)
@@ -14,7 +15,10 @@ spills under a cap is skipped), float32 at rows of 2048 … 16384 values (64 MB)
 and bfloat16 at 4096 … 16384 (the bench's shapes).  Each launch is checked against
 float32 ``torch.softmax`` first, then timed: kernel time behind a sleeping kernel
 (``_timing.kernel_ms``), inputs rotated past the L2, % of a device copy of the same bytes.
-(The forty-second session's runs, H200: ``docs/benchmarks/fused-wide-nvidia-h200.txt``.)
+``--pad``: the default team and the launch ``fused`` chooses on float32 rows of 3072 …
+8192 values, packed and with each row padded by 32 values (the row stride no longer a
+power of two): is the default team's loss at 4096 and 8192 values the power-of-two row
+stride?  (The forty-second session's runs, H200: ``docs/benchmarks/fused-wide-nvidia-h200.txt``.)
 """
 
 import os
@@ -62,6 +66,35 @@ def ab():
               f"new/tutorial {tut / min(t[1], t[3]):.3f}x", flush=True)
 
 
+def padded():
+    from numba import cuda
+
+    for rows, n in ((8192, 4096), (4096, 8192), (5461, 3072), (2730, 6144)):
+        r = RowSets(rows, n, torch.float32)
+        copy = r.copy_gbps()
+        pct = lambda ms: 100 * r.gbps(ms) / copy  # noqa: E731
+        line = f"float32 {rows}x{n}: copy {copy:.0f} GB/s"
+        for pad in (0, 32):
+            if pad:  # the same values, each row 32 values (128 bytes) further on
+                store = [torch.empty(rows, n + pad, device="cuda") for _ in range(2 * r.sets)]
+                xs = [s_[:, :n] for s_ in store[:r.sets]]
+                ys = [s_[:, :n] for s_ in store[r.sets:]]
+                for a, b in zip(xs, r.xs):
+                    a.copy_(b)
+                nx, ny = [cuda.as_cuda_array(a) for a in xs], [cuda.as_cuda_array(a) for a in ys]
+            else:
+                ys, nx, ny = r.ys, r.nx, r.ny
+            for label, team in (("default", fused.default_team(n)), ("chosen", None)):
+                run = lambda i: chunk.run(fused.configure(nx[i], ny[i], SOFTMAX, threads=team))  # noqa: E731
+                ys[0].fill_(float("nan"))
+                run(0)
+                err = float((ys[0] - r.want).abs().max())
+                assert err < 1e-5, err
+                plan = fused.configure(nx[0], ny[0], SOFTMAX, threads=team)
+                line += f" | pad {pad} {label} {plan.team} {pct(kernel_ms(run, r.sets)):5.1f}"
+        print(line, flush=True)
+
+
 def sweep():
     for name, rows, n in MAP_CASES:
         r = RowSets(rows, n, getattr(torch, name))
@@ -102,4 +135,4 @@ def sweep():
 
 if __name__ == "__main__":
     print("device:", torch.cuda.get_device_name(), flush=True)
-    sweep() if "--map" in sys.argv else ab()
+    sweep() if "--map" in sys.argv else padded() if "--pad" in sys.argv else ab()
