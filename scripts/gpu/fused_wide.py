@@ -18,7 +18,8 @@ float32 ``torch.softmax`` first, then timed: kernel time behind a sleeping kerne
 ``--pad``: the default team and the launch ``fused`` chooses on float32 rows of 3072 …
 8192 values, packed and with each row padded by 32 values (the row stride no longer a
 power of two): is the default team's loss at 4096 and 8192 values the power-of-two row
-stride?  (The forty-second session's runs, H200: ``docs/benchmarks/fused-wide-nvidia-h200.txt``.)
+stride?  (The runs, H200: ``docs/benchmarks/fused-wide-nvidia-h200.txt``; ``--pad`` is its
+section 5: no.)
 """
 
 import os
