@@ -10,8 +10,8 @@ a second pass writes p = exp(x − m)/ℓ.  The sources run this sweep in C for 
 on a 1024-value row and find the online result within float32 round-off (~1e-7) of the
 full-batch ("naive", three-pass) softmax at every B.  Here it runs on the device:
 
-  table 1  ``kernels.fold.chunk_states`` makes the state of every block of B values (one
-           thread per block), ``kernels.fold.fold_tree`` folds the states left to right —
+  table 1  ``kernels.softmax.fold.chunk_states`` makes the state of every block of B values (one
+           thread per block), ``kernels.softmax.fold.fold_tree`` folds the states left to right —
            the running state — and a small kernel below does the second pass;
   table 2  the package's online kernel (v3), whose chunk is C = threads × values per
            thread, for C = 128 … 1024.
@@ -31,8 +31,8 @@ from numba import cuda
 
 from numba_softmax import reference as R
 from numba_softmax.combine import weight_device
-from numba_softmax.kernels import fold, online, three_pass
-from numba_softmax.kernels.epilogue import SOFTMAX
+from numba_softmax.kernels.softmax import fold, online, three_pass
+from numba_softmax.kernels.rows.epilogue import SOFTMAX
 
 BLOCKS = (1, 2, 8, 32, 128, 512, 1024)
 

@@ -39,7 +39,7 @@ from numba import cuda, float32
 
 import numba_softmax as ns
 from numba_softmax import reference as R
-from numba_softmax.kernels import fused
+from numba_softmax.kernels.softmax import fused
 
 # --- the strawman: one kernel per operation, every intermediate in global memory --------
 # float32 only; each kernel is the obvious one.  Reductions: one block of RT threads per

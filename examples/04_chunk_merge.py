@@ -11,8 +11,8 @@ whole-row softmax is recovered from these alone (the sources derive all three fo
               a softmax is attention with V = the identity matrix, so out_k is p_k
               placed at chunk k's positions (zeros elsewhere).
 
-On the device the chunk states come from ``kernels.fold.chunk_states`` and are merged by
-``kernels.fold.fold_tree`` along different trees — left to right (a running state),
+On the device the chunk states come from ``kernels.softmax.fold.chunk_states`` and are merged by
+``kernels.softmax.fold.fold_tree`` along different trees — left to right (a running state),
 right to left, a balanced tree, a random order and shape — and the second pass
 p = exp(x − m)/ℓ uses the merged state.  The row here has an empty chunk and a chunk of
 −inf values (masked positions): both are the identity (−inf, 0) and weigh nothing.
@@ -31,7 +31,7 @@ from numba import cuda
 import numba_softmax as ns
 from numba_softmax import reference as R
 from numba_softmax.combine import IDENTITY, combine_np, lse_np, weight_np
-from numba_softmax.kernels import fold
+from numba_softmax.kernels.softmax import fold
 
 
 def cut_points(n, rng):

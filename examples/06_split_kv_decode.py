@@ -30,7 +30,7 @@ from numba import cuda
 
 from numba_softmax import reference as R
 from numba_softmax.attention import attention, merge_attention
-from numba_softmax.kernels import decode_launch
+from numba_softmax.kernels.decode import decode_launch
 
 CHECK_HEADS = 4  # heads checked against the float64 reference
 

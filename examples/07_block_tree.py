@@ -6,7 +6,7 @@ values as VPT/W vectors of W (16 bytes: W = 4 float32) — vector i covers the c
 them in registers; slots past the row's end hold −inf, which weighs nothing.  Each thread
 folds its values into its own state (m, ℓ) = (max, Σ exp(x − max)).
 The block then folds its T states into one with the combiner, along a fixed tree
-(``kernels/reduce.py``):
+(``kernels/rows/reduce.py``):
 
   warp level    five ``shfl_xor_sync`` butterflies, offsets 16, 8, 4, 2, 1: lane i merges
                 with lane i XOR offset.  After offset o, every lane i holds the state of
@@ -16,7 +16,7 @@ The block then folds its T states into one with the combiner, along a fixed tree
                 butterfly over the 32 slots, and every thread ends with the row's state.
 
 The states printed come from the device: the fused kernel's traced twin (the same source
-compiled with ``trace=True``, :func:`numba_softmax.kernels.fused.kernel`) writes every
+compiled with ``trace=True``, :func:`numba_softmax.kernels.softmax.fused.kernel`) writes every
 thread's (m, ℓ) after each level of the tree to a buffer.  Beside them the script
 replays the tree on the host with the package's ``combine`` in float32 and says how far
 each level's device states are from it; the final state is checked against the
@@ -36,8 +36,10 @@ from numba import cuda
 
 from numba_softmax import reference as R
 from numba_softmax.combine import IDENTITY, combine, lse, weight
-from numba_softmax.kernels import fused, launcher, vector
-from numba_softmax.kernels.epilogue import LOGSUMEXP, SOFTMAX
+from numba_softmax.kernels.softmax import fused
+from numba_softmax.runtime import launcher
+from numba_softmax.kernels.hw import vector
+from numba_softmax.kernels.rows.epilogue import LOGSUMEXP, SOFTMAX
 
 WARP = 32
 F32 = np.float32

@@ -99,8 +99,8 @@ def timing(logits, k, T):
         return
     from numba import cuda
 
-    from numba_softmax.kernels import sample as S
-    from numba_softmax.kernels import topk as K
+    from numba_softmax.kernels.topk import sample as S
+    from numba_softmax.kernels.topk import topk as K
 
     x = cuda.to_device(logits)
     values = cuda.device_array((logits.shape[0], k), np.float32)

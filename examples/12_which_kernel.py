@@ -5,7 +5,7 @@ Seven kernels compute the same softmax.  Three keep a row on chip and compete fo
 ``onchip`` (one block's shared memory) and ``cluster`` (a thread-block cluster's, sm_90);
 ``group`` (blocks meeting through global memory) takes the rest.  ``method="auto"`` picks
 one from the row's bytes, its item size and the number of rows, against a table measured
-on an H200 (``numba_softmax/kernels/crossovers.json``, ``docs/algorithms/auto.md``;
+on an H200 (``numba_softmax/kernels/softmax/crossovers.json``, ``docs/algorithms/auto.md``;
 ``numba-softmax bench --crossovers`` measures it on your own GPU).
 
   table 1  per shape: the row's bytes, the share of a multiprocessor's register slots
@@ -30,7 +30,8 @@ from numba import cuda
 
 import numba_softmax as ns
 from numba_softmax import reference as R
-from numba_softmax.kernels import fused, launcher, methods
+from numba_softmax.kernels.softmax import fused, methods
+from numba_softmax.runtime import launcher
 
 METHODS = ("fused", "onchip", "cluster", "group")
 GPU_SHAPES = [("float32", 2048, 8192), ("float32", 2048, 12288), ("float32", 528, 14336),

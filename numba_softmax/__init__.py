@@ -9,7 +9,7 @@ import os as _os
 from numba.cuda.core import config as _cuda_config
 
 if _cuda_config.ENABLE_CUDASIM:  # the simulator lacks warp shuffles: supply them
-    from . import _sim
+    from .runtime import sim as _sim
 
     _sim.install()
 

@@ -21,11 +21,11 @@ import time
 import numpy as np
 from numba import cuda
 
-from ._sim import simulator_enabled
+from .runtime.sim import simulator_enabled
 from . import reference as R
 from .bench.timing import seconds
 from .combine import IDENTITY, combine_output_np, lse_np, weight_np
-from .kernels.attention import fit_tiles
+from .kernels.attention.attention import fit_tiles
 
 
 def _row_walk(echo, rng, sk=40, d=16, block_k=8):

@@ -14,11 +14,11 @@ import numpy as np
 from . import plans
 from .arrays import heads, kinds, layout
 from .arrays.rows import check_alias, check_dtype
-from .kernels import attention as _forward
-from .kernels import attention_tc as _tensor_cores
-from .kernels import decode_launch as _decode
-from .kernels import launcher
-from .kernels import merge as _merge
+from .kernels.attention import attention as _forward
+from .kernels.attention import attention_tc as _tensor_cores
+from .kernels.decode import decode_launch as _decode
+from .runtime import launcher
+from .kernels.attention import merge as _merge
 
 __all__ = ["attention", "merge_attention"]
 
@@ -141,7 +141,7 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
 
     The Sq×Sk score matrix is never formed: one pass over K and V per tile of queries
     keeps each query row's online-softmax state (m, ℓ, O) on chip
-    (:mod:`numba_softmax.kernels.attention`; float16/bfloat16 on tensor cores).
+    (:mod:`numba_softmax.kernels.attention.attention`; float16/bfloat16 on tensor cores).
 
     Parameters
     ----------
@@ -229,8 +229,8 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
 
 
 def _kernel_for(dtype, scale):
-    """float16 / bfloat16 run on tensor cores (:mod:`.kernels.attention_tc`); float32 on
-    CUDA cores (:mod:`.kernels.attention`), exact in float32 — as does a zero scale, which
+    """float16 / bfloat16 run on tensor cores (:mod:`.kernels.attention.attention_tc`); float32 on
+    CUDA cores (:mod:`.kernels.attention.attention`), exact in float32 — as does a zero scale, which
     the tensor-core kernel's scaled-exponent form cannot take."""
     return _forward if dtype == F32 or scale == 0 else _tensor_cores
 

@@ -15,10 +15,10 @@ from . import plans
 from .arrays import heads, kinds
 from .arrays.rows import Finish, Out, Rows, check_alias
 from .attention import _check_flag, _check_scale, _check_window, _describe_all
-from .kernels import attention_backward as _attention_kernel
-from .kernels import attention_backward_tc as _tensor_cores
-from .kernels import softmax_backward_launch as _rows_kernel
-from .kernels.epilogue import LOG_SOFTMAX, SOFTMAX
+from .kernels.backward import attention_backward as _attention_kernel
+from .kernels.backward import attention_backward_tc as _tensor_cores
+from .kernels.backward import softmax_backward_launch as _rows_kernel
+from .kernels.rows.epilogue import LOG_SOFTMAX, SOFTMAX
 
 __all__ = ["softmax_backward", "log_softmax_backward", "attention_backward"]
 
@@ -68,7 +68,7 @@ def softmax_backward(dy, y, axis=-1, *, out=None, stream=None):
 
     float16, float32 or float64 (float16 accumulated in float32); NumPy, or CUDA arrays of
     one kind.  One read of y and dy and one write of dx when a row fits on chip
-    (:mod:`numba_softmax.kernels.softmax_backward`).
+    (:mod:`numba_softmax.kernels.backward.softmax_backward`).
 
     Parameters
     ----------
@@ -128,7 +128,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), sc
     """The gradients (dQ, dK, dV) of O = attention(Q, K, V), FlashAttention-2 style.
 
     P is rebuilt tile by tile from the forward's LSE, P = exp(scale·QKᵀ − LSE), and
-    dS = P ∘ (dP − D) with D = rowsum(dO ∘ O) (:mod:`numba_softmax.kernels.attention_backward`).
+    dS = P ∘ (dP − D) with D = rowsum(dO ∘ O) (:mod:`numba_softmax.kernels.backward.attention_backward`).
 
     Parameters
     ----------
@@ -181,8 +181,8 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), sc
 
 
 def _backward_kernel(dtype, scale):
-    """float16 / bfloat16 on tensor cores (:mod:`.kernels.attention_backward_tc`); float32,
-    float64 and a zero ``scale`` on CUDA cores (:mod:`.kernels.attention_backward`): the
+    """float16 / bfloat16 on tensor cores (:mod:`.kernels.backward.attention_backward_tc`); float32,
+    float64 and a zero ``scale`` on CUDA cores (:mod:`.kernels.backward.attention_backward`): the
     tensor-core kernel masks a score by making scale·s = −inf, which a zero scale cannot
     (as the forward, :func:`numba_softmax.attention`, does for the same reason)."""
     half = dtype in (np.dtype(np.float16), kinds.BFLOAT16)

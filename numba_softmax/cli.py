@@ -28,7 +28,7 @@ def _ensure_device():
 def _where():
     from numba import cuda
 
-    from ._sim import simulator_enabled
+    from .runtime.sim import simulator_enabled
 
     if simulator_enabled():
         return "the CUDA simulator (no GPU found: tiny sizes, one Python thread per CUDA thread)"
@@ -40,9 +40,9 @@ def tour(echo=print, seed=0):
     import numba_softmax as ns
 
     from . import reference as R
-    from ._sim import simulator_enabled
+    from .runtime.sim import simulator_enabled
     from .combine import IDENTITY, combine
-    from .kernels import fold
+    from .kernels.softmax import fold
     from numba import cuda
 
     from .bench.timing import seconds

@@ -11,7 +11,7 @@ the same bits on the host, on the simulator and on the GPU: the arithmetic is on
 integers, wrapping — on the host ``& MASK64`` after each product, on the device uint64
 arithmetic (where the mask costs nothing).
 
-Two uses (see :mod:`numba_softmax.kernels.sample`):
+Two uses (see :mod:`numba_softmax.kernels.topk.sample`):
 
 * :func:`uniform` — one number in (0, 1) per row, exact in float32; :func:`draw` turns it
   into a place in a sorted top-k list (inverse CDF of the renormalised top-k, cut to its
@@ -27,7 +27,7 @@ import math
 
 import numba
 
-from ._sim import simulator_enabled
+from .runtime.sim import simulator_enabled
 from .combine import _device_twin, weight, weight_device
 
 __all__ = ["MASK64", "row_key", "bits", "uniform", "gumbel", "draw"]

@@ -9,8 +9,8 @@
 Each call: validate (shapes, dtypes, and the tables — on the host for NumPy ones, by a
 small kernel for device ones: a bad block id or length is a ``ValueError``, never a read
 out of bounds) → device views (:mod:`.arrays`) →
-kernel (:mod:`.kernels.attention` / :mod:`.kernels.attention_tc` for varlen,
-:mod:`.kernels.paged`, :mod:`.kernels.append`) → results in the caller's kind.
+kernel (:mod:`.kernels.attention.attention` / :mod:`.kernels.attention.attention_tc` for varlen,
+:mod:`.kernels.decode.paged`, :mod:`.kernels.decode.append`) → results in the caller's kind.
 """
 
 import numbers
@@ -22,9 +22,9 @@ from .arrays import heads, kinds, layout
 from .arrays.rows import check_dtype
 from .attention import (DTYPES, F32, _OAndLse, _check_flag, _check_scale, _check_splits,
                         _check_window, _describe_all, _kernel_for, _named, lse_output)
-from .kernels import append as _append
-from .kernels import paged as _paged
-from .kernels import table_check as _table_check
+from .kernels.decode import append as _append
+from .kernels.decode import paged as _paged
+from .kernels.decode import table_check as _table_check
 
 __all__ = ["attention_varlen", "paged_attention", "append_kv"]
 I32 = np.dtype(np.int32)
@@ -144,9 +144,9 @@ def _cache_views(named, stream):
 
 def _tables(block_table, cache_seqlens, n_blocks, block_size, batch, stream, new_tokens=0,
             check=True, queue=False):
-    """Device views of the block table and lengths, checked (:func:`.kernels.paged.check_tables`:
+    """Device views of the block table and lengths, checked (:func:`.kernels.decode.paged.check_tables`:
     NumPy tables on the host before they are copied, device ones by a kernel).  ``queue``:
-    a device table's check is only queued on ``stream`` (:func:`.kernels.table_check.launch`,
+    a device table's check is only queued on ``stream`` (:func:`.kernels.decode.table_check.launch`,
     under its lock) for the caller to read after its own launch; the third value says
     whether it was."""
     on_host = all(kinds.describe(x).on_host for x in (block_table, cache_seqlens))

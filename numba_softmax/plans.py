@@ -12,10 +12,10 @@ work.  So every public entry point asks this module first:
    inputs (they pay their copies anyway) and on the simulator; read in the same pass,
    the arrays' data pointers; and the plan recorded under the key (a dictionary look-up).
 2. A hit replays: allocate the outputs afresh, patch the data pointers into the recorded
-   argument lists, and launch each recorded kernel (:mod:`.kernels.replay`: one call into
+   argument lists, and launch each recorded kernel (:mod:`.runtime.replay`: one call into
    the driver) — no typing, no wrapping.
 3. On a miss the call takes the ordinary path inside :class:`Recorder`, which notes every
-   launch (:mod:`numba_softmax.kernels.launcher`) and allocation (:mod:`.arrays.record`)
+   launch (:mod:`numba_softmax.runtime.launcher`) and allocation (:mod:`.arrays.record`)
    and, if every pointer the kernels saw is accounted for (an input, a new buffer, or a
    long-lived workspace), keeps a :class:`Plan`.
 
@@ -31,9 +31,9 @@ import warnings
 
 import numpy as np
 
-from ._sim import simulator_enabled
-from .arrays import kinds, record
-from .kernels import launcher, replay
+from .arrays import kinds
+from .runtime import driver, launcher, record, replay
+from .runtime.sim import simulator_enabled
 
 MAX_PLANS = 512
 _PLANS = {}
@@ -77,7 +77,7 @@ def lookup(tag, arrays, stream):
         ptrs.append(ptr)
     if len(arrays) > 1 and arrays[-1] is not None:  # out=: how it overlaps each input
         parts.append(_overlaps(arrays, parts[2:], ptrs))
-    context = replay.current_context()
+    context = driver.current_context()
     if not context:  # a thread Numba has not yet made a context current on: the
         return None, None, None  # ordinary path does (a replay there would launch into no context)
     parts.append(context)

@@ -2,15 +2,15 @@
 
 Each call: a launch plan? replay it (:mod:`.plans`) — else validate every argument →
 see the input as rows (:mod:`.arrays.rows`) → pick a kernel and launch it
-(:mod:`.kernels.methods`) → hand the result back as the kind of array that came in.
+(:mod:`.kernels.softmax.methods`) → hand the result back as the kind of array that came in.
 The kernels never see anything but a (rows, n) device array.
 """
 
 from . import plans
 from .arrays import kinds
 from .arrays.rows import Finish, Out, Rows
-from .kernels import methods
-from .kernels.epilogue import MODES
+from .kernels.softmax import methods
+from .kernels.rows.epilogue import MODES
 
 METHODS = methods.METHODS
 

@@ -2,7 +2,7 @@
 
 Each call: a launch plan? replay it — else validate → see the input as rows
 (:class:`.arrays.rows.Rows`) → launch
-(:mod:`.kernels.topk`, :mod:`.kernels.sample`) → give the results back as the kind of
+(:mod:`.kernels.topk.topk`, :mod:`.kernels.topk.sample`) → give the results back as the kind of
 array that came in (NumPy in → NumPy out; CuPy, PyTorch CUDA tensors and Numba device
 arrays → the same kind, on the same device).  Inputs are never modified.
 """
@@ -16,8 +16,8 @@ import numpy as np
 from . import plans
 from .arrays import kinds
 from .arrays.rows import Finish, Rows
-from .kernels import sample as _sample
-from .kernels import topk as _topk
+from .kernels.topk import sample as _sample
+from .kernels.topk import topk as _topk
 
 __all__ = ["softmax_topk", "sample"]
 

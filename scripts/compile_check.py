@@ -83,7 +83,7 @@ REGISTERS_PER_BLOCK = 64 * 1024
 # --- the table ---------------------------------------------------------------------------
 class Ref(NamedTuple):
     """An argument that is another factory's result, made in the worker:
-    ``Ref("kernels.topk_merge:row_merger", (np.float32, 16, 256, False))``."""
+    ``Ref("kernels.topk.topk_merge:row_merger", (np.float32, 16, 256, False))``."""
 
     target: str
     args: tuple
@@ -125,7 +125,7 @@ HALF = ("f16", "bf16")
 
 
 def _softmax():
-    """The row kernels of kernels.methods (v1–v7): x, y (rows, n) of the storage dtype;
+    """The row kernels of kernels.softmax.methods (v1–v7): x, y (rows, n) of the storage dtype;
     y is (rows, 1) for logsumexp.  Shapes are those of scripts/gpu/softmax_ab.py."""
     out = []
 
@@ -139,7 +139,7 @@ def _softmax():
     # thread up to 512 threads, 16 beyond; float64 half), the fewest values that hold it
     # (float32 softmax rows of 2049 … 12288 values: a wide team, fused.wide_team);
     # 16-bit rows of 16-byte vectors held two to a register (pairs), as uint16 bits
-    F = "kernels.fused:kernel"
+    F = "kernels.softmax.fused:kernel"
     for d in ("f32", "f16", "bf16"):
         out.append(Entry("fused", f"{d} 16384x1024 team32 vpt32", F,
                          (NP[d], 32, SOFTMAX, W16[d], 32), bits(d) if d in HALF else rows(d),
@@ -181,7 +181,7 @@ def _softmax():
               (NP["f32"], 4, SOFTMAX, 4, 64, True), rows("f32") + (C(float32, 3),), block=64),
     ]
     # online (v1's and v3's chunks: VECTORS = 2 vectors a thread); team: a runtime int64
-    for name, target in (("online", "kernels.online:kernel"), ("three_pass", "kernels.three_pass:kernel")):
+    for name, target in (("online", "kernels.softmax.online:kernel"), ("three_pass", "kernels.softmax.three_pass:kernel")):
         for d in ("f32", "f16", "bf16", "f64"):
             out.append(Entry(name, f"{d} vpt{2 * W16[d]}", target,
                              (NP[d], 2 * W16[d], SOFTMAX, W16[d]), rows(d) + (int64,)))
@@ -192,7 +192,7 @@ def _softmax():
                          rows("f32", A) + (int64,)))
     # split (v4): piece_states(x, piece, m_ws, l_ws), normalise(x, piece, m_ws, l_ws, y);
     # the workspace in the accumulator's dtype
-    S = "kernels.split:kernels"
+    S = "kernels.softmax.split:kernels"
     for d in ("f32", "f16", "bf16", "f64"):
         ws = C(ACC[d], 2)
         a = (NP[d], 2 * W16[d], SOFTMAX, W16[d])
@@ -204,7 +204,7 @@ def _softmax():
                      (float32[:, ::1], int64, C(float32, 2), C(float32, 2), float32[:, ::1]),
                      pick=1, block=256))
     # onchip (v5): a block of 512 per row; stride: runtime
-    O = "kernels.onchip:kernel"
+    O = "kernels.softmax.onchip:kernel"
     for d in ("f32", "f16", "bf16", "f64"):
         out.append(Entry("onchip", f"{d} 512 threads", O, (NP[d], 2 * W16[d], SOFTMAX, W16[d], 512),
                          rows(d) + (int64,), block=512))
@@ -212,7 +212,7 @@ def _softmax():
         out.append(Entry("onchip", f"f32 512 threads{MODE[mode]}", O, (NP["f32"], 8, mode, 4, 512),
                          rows("f32") + (int64,), block=512))
     # group (v6, cooperative): x, y, size, piece, spill, stride, m_ws, l_ws, counters
-    G = "kernels.group:kernel"
+    G = "kernels.softmax.group:kernel"
     for d, spills in (("f32", True), ("f32", False), ("f16", True), ("f16", False),
                       ("bf16", True), ("f64", True)):
         ws = C(ACC[d], 2)
@@ -223,7 +223,7 @@ def _softmax():
                      rows("f32") + (int64, int64, int64, int64, C(float32, 2), C(float32, 2), C(int64, 1)),
                      block=256))
     # cluster (v7): x, y, piece, stride; pieces of 32 KB in shared memory, or in registers
-    K = "kernels.cluster:kernel"
+    K = "kernels.softmax.cluster:kernel"
     for d, a, cfg in (
             ("f32", (8, SOFTMAX, 4, 256, 8), "1024x65536 8x256 shared"),
             ("f16", (16, LOGSUMEXP, 8, 256, 4), "1024x65536 4x256 logsumexp"),
@@ -245,14 +245,14 @@ def _softmax():
 
 
 def _topk():
-    """Fused softmax + top-k (kernels.topk.choose, radix=True) and sampling
-    (kernels.sample: choose, radix=False); k = 50 (two 32-entry slots a lane), V = 128256."""
+    """Fused softmax + top-k (kernels.topk.topk.choose, radix=True) and sampling
+    (kernels.topk.sample: choose, radix=False); k = 50 (two 32-entry slots a lane), V = 128256."""
     out = []
     ws = lambda d: (C(ACC[d], 3), C(int32, 3), C(ACC[d], 2), C(ACC[d], 2))  # noqa: E731
     head = lambda d, lay=C: (lay(ST[d], 2), int64, ACC[d], int64, int64)  # noqa: E731
     outs = lambda d: (C(ST[d], 2), C(int64, 2))  # noqa: E731
-    SEL, MER = "kernels.topk_select:piece_kernel", "kernels.topk_merge:merge_kernel"
-    ROWM = "kernels.topk_merge:row_merger"
+    SEL, MER = "kernels.topk.topk_select:piece_kernel", "kernels.topk.topk_merge:merge_kernel"
+    ROWM = "kernels.topk.topk_merge:row_merger"
     # Plan.fused (a plan's only): 63 pieces of 512 × 4, the last piece of the row merges it
     for d, log in (("f32", False), ("f16", False), ("bf16", False), ("f64", False), ("f32", True)):
         then = Ref(ROWM, (NP[d], 8, 512, log))
@@ -272,7 +272,7 @@ def _topk():
     for d in HALF:
         out.append(Entry("topk radix piece", f"{d} 128x8 strided W1 (A)", SEL, (NP[d], 128, 8, 1),
                          head(d, A) + ws(d), block=128))
-        out.append(Entry("topk filter", f"{d} 256x8 strided W1 (A)", "kernels.topk_filter:filter_kernel",
+        out.append(Entry("topk filter", f"{d} 256x8 strided W1 (A)", "kernels.topk.topk_filter:filter_kernel",
                          (NP[d], 256, 8, 1, False), head(d, A) + ws(d) + outs(d), block=256))
     # kernel 2, the bound merge: 512 threads, ⌈S·k/512⌉ a thread (k 50: 8; k 128: 16)
     for d, per, log in (("f32", 8, False), ("f32", 16, False), ("f16", 8, False), ("f32", 8, True),
@@ -281,10 +281,10 @@ def _topk():
                          (NP[d], per, 512, log), ws(d) + (int64, int64, int64) + outs(d), block=512))
     # the threshold filter (only a plan's: Plan(filter=True))
     for d, t in (("f32", 512), ("f16", 256)):
-        out.append(Entry("topk filter", f"{d} {t}x8", "kernels.topk_filter:filter_kernel",
+        out.append(Entry("topk filter", f"{d} {t}x8", "kernels.topk.topk_filter:filter_kernel",
                          (NP[d], t, 8, W16[d], False), head(d) + ws(d) + outs(d), block=t))
     # the sorted lists: a warp a row (V ≤ 2048), a block a row (B ≥ 132: 8 warps at B 256)
-    ROWS = "kernels.topk_rows:kernel|kernels.topk:kernel"
+    ROWS = "kernels.topk.topk_rows:kernel|kernels.topk.topk:kernel"
     rowsig = lambda d: (C(ST[d], 2), int64, ACC[d]) + outs(d)  # noqa: E731
     both = (("f32", 128, True, "warp rows V2048"), ("f32", 256, False, "B256 block rows"),
             ("f16", 256, False, "B256 block rows"), ("bf16", 256, False, "B256 block rows"))
@@ -300,7 +300,7 @@ def _topk():
                          (NP[d], 256, 16, 1, 2, False, False, False),
                          (A(ST[d], 2), int64, ACC[d]) + outs(d), block=256))
     # the lists' split (B 64: 2 pieces of 512), and sampling's
-    PIECE = "kernels.topk_rows:piece_kernel|kernels.topk:piece_kernel"
+    PIECE = "kernels.topk.topk_rows:piece_kernel|kernels.topk.topk:piece_kernel"
     for d, slots, perturb in (("f32", 2, False), ("f16", 2, False), ("f32", 1, True)):
         out.append(Entry("topk lists piece", f"{d} 512x16 slots{slots}{' perturbed' if perturb else ''}",
                          PIECE, (NP[d], 512, 16, W16[d], slots, perturb),
@@ -313,10 +313,10 @@ def _topk():
     out.append(Entry("topk lists piece", "f16 512x16 slots2 strided W1 (A)", PIECE,
                      (NP["f16"], 512, 16, 1, 2, False),
                      (A(float16, 2), int64, float32, uint64, int64) + ws("f16"), block=512))
-    out.append(Entry("topk lists merge", "f32 512 slots2", "kernels.topk_rows:merge_kernel|kernels.topk:merge_kernel",
+    out.append(Entry("topk lists merge", "f32 512 slots2", "kernels.topk.topk_rows:merge_kernel|kernels.topk.topk:merge_kernel",
                      (NP["f32"], 2, False, 512), ws("f32") + (int64,) + outs("f32"), block=512))
     # sampling: one kernel a row (x, k, inv_t, top_p, seed, tokens), or the lists' split
-    SMP = "kernels.sample:kernel"
+    SMP = "kernels.topk.sample:kernel"
     for d, t, slots, warp_rows, perturb, cfg in (
             ("f32", 256, 2, False, False, "B256 top_k 50"),
             ("f16", 256, 2, False, False, "B256 top_k 50"),
@@ -329,7 +329,7 @@ def _topk():
                      (A(float16, 2), int64, float32, float32, uint64, C(int64, 1)), block=256))
     for slots, perturb in ((2, False), (1, True)):
         out.append(Entry("sample merge", f"f32 512 slots{slots}{' perturbed' if perturb else ''}",
-                         "kernels.sample:merge_kernel", (NP["f32"], slots, perturb, 512),
+                         "kernels.topk.sample:merge_kernel", (NP["f32"], slots, perturb, 512),
                          ws("f32") + (int64, float32, uint64, C(int64, 1)), block=512))
     return out
 
@@ -342,7 +342,7 @@ def _attention():
     # CUDA cores (float32; float16/bfloat16 with scale 0): q k v o lse cu_q cu_k varlen
     # tiles scale kv_chunk left right reverse; tiles (flash_tiles.fit_tiles): 128×64 to
     # D 64, 64×32 to 128
-    FWD = "kernels.attention:kernel"
+    FWD = "kernels.attention.attention:kernel"
     fwd = lambda d, lay, o=None: (lay(ST[d], 4),) * 3 + (lay(ST[o or d], 4), lay(float32, 3),  # noqa: E731
                                   C(int32, 1), C(int32, 1), boolean, int64, float64, int64,
                                   int64, int64, boolean)
@@ -357,7 +357,7 @@ def _attention():
                          block=128))  # (split_rows: 4 warps, 8 or 4 rows a lane)
     # tensor cores: q k v o lse cu_q cu_k scale kv_chunk left right; Tiles: 4 warps, Bc 64
     # (32 past D 128), 2 stages, 3 blocks an SM to D 64; o float32 for split partials
-    TC = "kernels.attention_tc:kernel"
+    TC = "kernels.attention.attention_tc:kernel"
     tc = lambda d, lay, o=None: (lay(ST[d], 4),) * 3 + (lay(o or ST[d], 4), lay(float32, 3),  # noqa: E731
                                  C(int32, 1), C(int32, 1), float64, int64, int64, int64)
     for d, hd, bk, vec, mb, lay, o, cfg in (
@@ -374,7 +374,7 @@ def _attention():
                          tc(d, lay, o), block=128))
     # the merges (one warp a row, 4 a block): merge_splits(o_ws, lse_ws, o, lse) and
     # merge_pair(o_a, lse_a, o_b, lse_b, o, lse)
-    M = "kernels.merge:_merge_kernels"
+    M = "kernels.attention.merge:_merge_kernels"
     for d in ("f32", "f16", "bf16"):
         out.append(Entry("merge_splits", d, M, (NP[d], 4),
                          (C(float32, 4), C(float32, 3), C(ST[d], 4), C(float32, 3)), pick=0, block=128))
@@ -387,7 +387,7 @@ def _attention():
     dec = lambda d: (C(ST[d], 4),) * 4 + (C(float32, 3), C(float32, 2), C(float32, 1),  # noqa: E731
                      C(int32, 1), C(int32, 2), C(int32, 1), float64, int64, int64, int64,
                      int64, int64, int64)
-    DEC = "kernels.decode:kernel"  # CUDA cores: float32/64, D past 128, unaligned
+    DEC = "kernels.decode.decode:kernel"  # CUDA cores: float32/64, D past 128, unaligned
     for d, hd, rows, paged, w, cfg in (
             ("f32", 128, 4, False, 4, "D128 GQA 4 rows"),
             ("f32", 128, 4, True, 4, "D128 GQA 4 rows paged"),
@@ -397,7 +397,7 @@ def _attention():
             ("bf16", 128, 4, True, 1, "D128 paged unaligned W1")):
         out.append(Entry("decode", f"{d} {cfg}", DEC, (NP[d], hd, hd, rows, 8, paged, w), dec(d),
                          block=256))
-    DTC = "kernels.decode_tc:kernel"  # tensor cores: tiles_for — 8 warps × 16 keys × 2
+    DTC = "kernels.decode.decode_tc:kernel"  # tensor cores: tiles_for — 8 warps × 16 keys × 2
     for d, hd, rows, warps, stages, lay, cfg in (  # stages for few blocks, else 8 × 16 × 3
             ("f16", 128, 4, 8, 2, "dense", "D128 B1 GQA 8x16x2"),
             ("bf16", 128, 4, 8, 2, "dense", "D128 B1 GQA 8x16x2"),
@@ -412,9 +412,9 @@ def _attention():
                          dec(d), block=32 * warps))
     # the paged cache's writes and its table check
     for d in ("f32", "f16", "bf16"):
-        out.append(Entry("append_kv", f"{d} D128", "kernels.append:kernel", (NP[d], 128, 128, W16[d]),
+        out.append(Entry("append_kv", f"{d} D128", "kernels.decode.append:kernel", (NP[d], 128, 128, W16[d]),
                          (C(ST[d], 4),) * 4 + (C(int32, 2), C(int32, 1)), block=128))
-    out.append(Entry("table_check", "int32 tables", "kernels.table_check:kernel", (),
+    out.append(Entry("table_check", "int32 tables", "kernels.decode.table_check:kernel", (),
                      (C(int32, 2), C(int32, 1), int64, int64, int64, C(int64, 1)), block=256))
     return out
 
@@ -423,7 +423,7 @@ def _backward():
     """Gradients: the row backward (softmax_backward_launch.plan: a warp, a block or a
     cluster a row, two passes, or split) and FlashAttention-2's backward."""
     out = []
-    ONE = "kernels.softmax_backward:one_pass"
+    ONE = "kernels.backward.softmax_backward:one_pass"
     three = lambda t, lay=C: (lay(t, 2),) * 3  # noqa: E731
     for d, a, arrays, cfg in (  # one_pass(dtype, mode, threads, vpt, row_threads, width, size, pack)
             ("f32", (128, 32, 32, 4, 1, False), "f32", "16384x1024 warp rows vpt32"),
@@ -446,22 +446,22 @@ def _backward():
     out.append(Entry("softmax_backward", "f32 warp rows strided W1 (A)", ONE,
                      (NP["f32"], SOFTMAX, 128, 32, 32, 1, 1, False), three(float32, A), block=128))
     for d in ("f32", "f16", "bf16", "f64"):
-        out.append(Entry("softmax_backward.two_pass", f"{d} 1024", "kernels.softmax_backward:two_pass",
+        out.append(Entry("softmax_backward.two_pass", f"{d} 1024", "kernels.backward.softmax_backward:two_pass",
                          (NP[d], SOFTMAX, 1024, W16[d]), three(ST[d]), block=1024))
         ws = C(ACC[d], 2)
-        out.append(Entry("softmax_backward.piece_sums", f"{d} 1024", "kernels.softmax_backward:split",
+        out.append(Entry("softmax_backward.piece_sums", f"{d} 1024", "kernels.backward.softmax_backward:split",
                          (NP[d], SOFTMAX, 1024, W16[d]), three(ST[d])[:2] + (int64, ws), pick=0,
                          block=1024))
-        out.append(Entry("softmax_backward.piece_write", f"{d} 1024", "kernels.softmax_backward:split",
+        out.append(Entry("softmax_backward.piece_write", f"{d} 1024", "kernels.backward.softmax_backward:split",
                          (NP[d], SOFTMAX, 1024, W16[d]), three(ST[d]) + (int64, ws), pick=1,
                          block=1024))
-    out.append(Entry("softmax_backward.two_pass", "f32 1024 log_softmax", "kernels.softmax_backward:two_pass",
+    out.append(Entry("softmax_backward.two_pass", "f32 1024 log_softmax", "kernels.backward.softmax_backward:two_pass",
                      (NP["f32"], LOG_SOFTMAX, 1024, 4), three(float32), block=1024))
     # attention: do q k v lse delta dq_acc dk dv scale left right (dq_acc: dq itself for
     # float32/64, a float32 scratch for 16-bit); CUDA cores: fit_tiles (Br, Bc, W)
     bwd = lambda d, lse="f32": (C(ST[d], 4),) * 4 + (C(ST[lse], 3), C(ACC[d], 3), C(ACC[d], 4),  # noqa: E731
                                                      C(ST[d], 4), C(ST[d], 4), float64, int64, int64)
-    AB = "kernels.attention_backward:kernel"  # (…, tiles, values a global load, dQ adds in fours)
+    AB = "kernels.backward.attention_backward:kernel"  # (…, tiles, values a global load, dQ adds in fours)
     red4 = CC >= (9, 0)  # red.global.add.v4.f32: sm_90
     for d, hd, tiles, lse, vec in (("f32", 64, (64, 64, 4), "f32", 4), ("f32", 128, (32, 32, 4), "f32", 4),
                                    ("f64", 64, (32, 32, 4), "f64", 2), ("f16", 64, (64, 64, 4), "f32", 8),
@@ -470,7 +470,7 @@ def _backward():
                          + (" scale 0" if d == "f16" else "") + (" strided" if vec == 1 else ""), AB,
                          (NP[d], hd, hd) + tiles + (vec, red4 and d == "f32" and vec > 1), bwd(d, lse),
                          block=32 * tiles[2]))
-    ABT = "kernels.attention_backward_tc:kernel"  # tensor cores: Tiles W 8, Br 64
+    ABT = "kernels.backward.attention_backward_tc:kernel"  # tensor cores: Tiles W 8, Br 64
     pairs = CC >= (9, 0)  # dQ's vector atomic adds: sm_90
     for d, hd in (("f16", 128), ("bf16", 128), ("f16", 64)):
         out.append(Entry("attention_backward_tc", f"{d} D{hd} 8 warps Br64", ABT,
@@ -479,7 +479,7 @@ def _backward():
                      (NP["f16"], 128, 128, 8, 64, False, pairs), bwd("f16"), block=256))
     out.append(Entry("attention_backward_tc", "f16 D128 4 warps Br32 (99 KB devices)", ABT,
                      (NP["f16"], 128, 128, 4, 32, True, pairs), bwd("f16"), block=128))
-    IO = "kernels.attention_backward_io"
+    IO = "kernels.backward.attention_backward_io"
     for d in ("f32", "f16", "bf16", "f64"):  # preprocess(do, o, delta, dq_acc)
         out.append(Entry("attention_backward.preprocess", d, f"{IO}:preprocess", (NP[d],),
                          (C(ST[d], 4), C(ST[d], 4), C(ACC[d], 3), C(ACC[d], 4)), block=128))
@@ -496,18 +496,18 @@ def _plumbing():
     six = UniTuple(int64, 6)
     for name, t in (("f32", float32), ("f16", float16), ("bf16", uint16), ("f64", float64),
                     ("int64", int64)):
-        out.append(Entry("copy", name, "kernels.copy:_kernel", (),
+        out.append(Entry("copy", name, "runtime.copy:_kernel", (),
                          (C(t, 1), int64, six, C(t, 1), int64, six, six, int64), block=256))
     for d in ("f32", "f64"):
         t = ST[d]
-        out.append(Entry("fold.chunk_states", d, "kernels.fold:_kernels", (NP[d],),
+        out.append(Entry("fold.chunk_states", d, "kernels.softmax.fold:_kernels", (NP[d],),
                          (C(t, 2), C(int64, 1), C(t, 2), C(t, 2)), pick="chunk_states"))
-        out.append(Entry("fold.fold_tree", d, "kernels.fold:_kernels", (NP[d],),
+        out.append(Entry("fold.fold_tree", d, "kernels.softmax.fold:_kernels", (NP[d],),
                          (C(t, 2), C(t, 2), C(int64, 2), int64, C(t, 1), C(t, 1)), pick="fold_tree",
                          block=32))
-        out.append(Entry("fold_topk.chunk_states", d, "kernels.fold_topk:_kernels", (NP[d],),
+        out.append(Entry("fold_topk.chunk_states", d, "kernels.topk.fold_topk:_kernels", (NP[d],),
                          (C(t, 2), C(int64, 1), C(t, 2), C(t, 2), C(t, 3), C(int64, 3)), pick=0))
-        out.append(Entry("fold_topk.fold_tree", d, "kernels.fold_topk:_kernels", (NP[d],),
+        out.append(Entry("fold_topk.fold_tree", d, "kernels.topk.fold_topk:_kernels", (NP[d],),
                          (C(t, 2), C(t, 2), C(t, 3), C(int64, 3), C(int64, 2), int64, C(t, 2),
                           C(int64, 2)), pick=1, block=32))
     out.append(Entry("bench.read_all", "f32", "bench.bounds:_read_kernel", (),
@@ -603,7 +603,7 @@ def ptxinfo_command(e, root=REPO):
 
 # --- the worker: compiles entries in a process of its own ----------------------------------
 def _limits():
-    from numba_softmax.kernels import launcher
+    from numba_softmax.runtime import launcher
 
     try:  # an H100: what a factory sizes from, if one asks (there is no device to ask)
         h100 = launcher.Limits("NVIDIA H100 80GB HBM3", sms=132, max_threads=1024,

@@ -5,7 +5,7 @@ Needs numba-cuda's NVVM/NVRTC (pip install "numba-cuda[cu13]") and a ptxas on th
 
     python scripts/ptxinfo.py MODULE:FACTORY 'ARGS' 'SIGNATURE'
 e.g.
-    python scripts/ptxinfo.py numba_softmax.kernels.fused:kernel "(np.float32, 256, 8, 0, 256, 4)" "(float32[:, :], float32[:, :])"
+    python scripts/ptxinfo.py numba_softmax.kernels.softmax.fused:kernel "(np.float32, 256, 8, 0, 256, 4)" "(float32[:, :], float32[:, :])"
 FACTORY(*ARGS) must return a cuda.jit kernel dispatcher (or a tuple whose first item is one).
 A cooperative kernel (one calling cuda.cg.this_grid()) calls into cudadevrt, which is
 linked only at load time: ptxas then compiles it relocatable (-c), and the registers

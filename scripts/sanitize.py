@@ -94,7 +94,7 @@ def softmax_cases(sim, full):
 
     import numba_softmax as ns
     from numba_softmax import reference as R
-    from numba_softmax.kernels import fused
+    from numba_softmax.kernels.softmax import fused
 
     tol, log_tol = _tolerances()
     funcs = {"softmax": (ns.softmax, R.softmax), "log_softmax": (ns.log_softmax, R.log_softmax),
@@ -140,7 +140,8 @@ def softmax_cases(sim, full):
 
     # cluster (sm_90 and newer): a row over three blocks of a cluster, the last piece
     # ragged, a row of −inf; their (m, ℓ) through each other's shared memory
-    from numba_softmax.kernels import cluster, launcher
+    from numba_softmax.kernels.softmax import cluster
+    from numba_softmax.runtime import launcher
 
     if cluster.supported(launcher.device_limits()):
         # (3, 200003): pieces of ~100 KB, so each block holds its piece in registers

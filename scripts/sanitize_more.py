@@ -133,7 +133,7 @@ def backward_cases(sim):
     cases = [Case(f"backward:{m}:{s[0]}x{s[1]}", rows(m, s)) for m in ("softmax", "log_softmax")
              for s in shapes]
     if not sim:  # sm_90: a cluster of 5 (float32) or 3 blocks a row (50 rows fill the
-        # device); float16 held two to a register (:mod:`numba_softmax.kernels.pairs`) in a
+        # device); float16 held two to a register (:mod:`numba_softmax.kernels.rows.pairs`) in a
         # cluster and in a block (rows of whole 16-byte vectors: 20000, 9000 — the record of
         # 0469cba ran 20011, whose rows take no vectors and so no pairs)
         cases += [Case(f"backward:{m}:50x{n}:{np.dtype(d).name}", rows(m, (50, n), d))

@@ -89,8 +89,10 @@ def ours(n, dtype):
     from numba.cuda.types import float32, uint16
 
     S = compiler()
-    from numba_softmax.kernels import fused, pairs, vector
-    from numba_softmax.kernels.epilogue import SOFTMAX
+    from numba_softmax.kernels.softmax import fused
+    from numba_softmax.kernels.rows import pairs
+    from numba_softmax.kernels.hw import vector
+    from numba_softmax.kernels.rows.epilogue import SOFTMAX
 
     width = vector.width_for(dtype)
     team, registers = fused.wide_team(n, dtype, SOFTMAX) or (fused.default_team(n, dtype), None)

@@ -88,7 +88,7 @@ TEST_AS = os.environ.get("NUMBA_SOFTMAX_TEST_AS", "")
 
 
 def _emulate(which):
-    from numba_softmax.kernels import launcher
+    from numba_softmax.runtime import launcher
 
     name, sms, optin, per_sm, l2, cc = EMULATED[which]
     real = launcher.device_limits()
@@ -126,7 +126,7 @@ def four_warp_blocks(monkeypatch):
         if SIMULATOR:
             monkeypatch.setattr(launcher, "max_threads", lambda kernel, args: 4 * 32)
 
-    from numba_softmax.kernels import launcher
+    from numba_softmax.runtime import launcher
 
     allow(launcher)
     return allow

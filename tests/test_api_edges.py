@@ -99,7 +99,7 @@ def test_a_gpu_older_than_sm80_is_refused_clearly(monkeypatch):
     """Before the first compile on a GPU older than sm_80 (a T4, a V100): a RuntimeError
     that names the GPU and the requirement — not ptxas's error about one instruction deep
     in a kernel.  sm_80 … sm_89 pass (their limits: ``NUMBA_SOFTMAX_TEST_AS``)."""
-    from numba_softmax.kernels import launcher
+    from numba_softmax.runtime import launcher
 
     t4 = launcher.SIMULATOR_LIMITS._replace(name="Tesla T4", cc=(7, 5))
     with pytest.raises(RuntimeError, match=r"compute capability 8\.0 or newer.*Tesla T4 is 7\.5"):

@@ -18,10 +18,11 @@ from numba import cuda
 from numba_softmax import reference as R
 from numba_softmax.arrays.kinds import kind_of as _kind
 from numba_softmax.attention import attention, merge_attention
-from numba_softmax.kernels import attention as KA
-from numba_softmax.kernels import flash_tiles, launcher
-from numba_softmax.kernels import decode_launch as KD
-from numba_softmax.kernels.flash_tiles import layout
+from numba_softmax.kernels.attention import attention as KA
+from numba_softmax.kernels.attention import flash_tiles
+from numba_softmax.runtime import launcher
+from numba_softmax.kernels.decode import decode_launch as KD
+from numba_softmax.kernels.attention.flash_tiles import layout
 
 from _attention_data import F16, F32, LSE_TOL, TOL, fresh, poisoned
 from _attention_data import check as check_close
@@ -331,7 +332,7 @@ def test_the_default_splits_follow_the_shape(monkeypatch):
     """num_splits=None (the default): a decoding call (one query row per K/V head here)
     takes the split-KV decode kernel, a prefill-sized one a single forward pass; both
     right, and an explicit num_splits=1 keeps the forward kernel."""
-    from numba_softmax.kernels import launcher
+    from numba_softmax.runtime import launcher
 
     names = []
     launch = launcher.launch

@@ -1,4 +1,4 @@
-"""The tensor-core attention backward (:mod:`numba_softmax.kernels.attention_backward_tc`)
+"""The tensor-core attention backward (:mod:`numba_softmax.kernels.backward.attention_backward_tc`)
 against the float64 reference, with flash-attn's accuracy rule per gradient:
 
     max |kernel − reference| ≤ 2 · max |same-precision backward − reference| + 1e-5
@@ -18,8 +18,8 @@ from numba import cuda
 
 from numba_softmax import reference as R
 from numba_softmax.backward import attention_backward
-from numba_softmax.kernels import attention_backward_tc as TC
-from numba_softmax.kernels import launcher
+from numba_softmax.kernels.backward import attention_backward_tc as TC
+from numba_softmax.runtime import launcher
 
 from _helpers import SIMULATOR, sized
 from test_backward import BF16, F16, att_case, from_bf16, fresh, poisoned, to_bf16

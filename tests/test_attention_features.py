@@ -10,11 +10,12 @@ import pytest
 from numba import cuda
 
 from numba_softmax import reference as R
-from numba_softmax.kernels import attention as KA
-from numba_softmax.kernels import decode as KC
-from numba_softmax.kernels import decode_launch as KD
-from numba_softmax.kernels import merge as KM
-from numba_softmax.kernels import counters, visible
+from numba_softmax.kernels.attention import attention as KA
+from numba_softmax.kernels.decode import decode as KC
+from numba_softmax.kernels.decode import decode_launch as KD
+from numba_softmax.kernels.attention import merge as KM
+from numba_softmax.runtime import counters
+from numba_softmax.kernels.attention import visible
 
 from _attention_data import BF16, F16, F32, check, fresh, poisoned, random, values
 from _helpers import SIMULATOR, sized

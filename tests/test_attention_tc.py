@@ -1,4 +1,4 @@
-"""The tensor-core FlashAttention-2 kernel (:mod:`numba_softmax.kernels.attention_tc`)
+"""The tensor-core FlashAttention-2 kernel (:mod:`numba_softmax.kernels.attention.attention_tc`)
 against the float64 reference, with flash-attn's accuracy rule:
 
     max |kernel − reference| ≤ 2 · max |same-precision reference − reference| + 1e-5
@@ -17,8 +17,8 @@ import pytest
 from numba import cuda
 
 from numba_softmax import reference as R
-from numba_softmax.kernels import attention_tc as TC
-from numba_softmax.kernels import merge as KD
+from numba_softmax.kernels.attention import attention_tc as TC
+from numba_softmax.kernels.attention import merge as KD
 
 from _helpers import SIMULATOR, sized
 from test_mma import bf16_bits, bf16_values

@@ -13,9 +13,9 @@ from numba import cuda
 
 from numba_softmax import reference as R
 from numba_softmax.backward import attention_backward, log_softmax_backward, softmax_backward
-from numba_softmax.kernels import attention_backward as KA
-from numba_softmax.kernels import softmax_backward_launch as KS
-from numba_softmax.kernels.epilogue import LOG_SOFTMAX, SOFTMAX
+from numba_softmax.kernels.backward import attention_backward as KA
+from numba_softmax.kernels.backward import softmax_backward_launch as KS
+from numba_softmax.kernels.rows.epilogue import LOG_SOFTMAX, SOFTMAX
 
 from _helpers import SIMULATOR, sized, to_host
 
@@ -254,7 +254,8 @@ def test_block_form_in_pairs(dtype, name, rows, n, plan):
 
 def test_pairs_are_used():
     """The cases above reach the pairs: whole vectors on aligned rows, and on one row."""
-    from numba_softmax.kernels import pairs, vector
+    from numba_softmax.kernels.rows import pairs
+    from numba_softmax.kernels.hw import vector
 
     for rows, n in ((2, 704), (1, 701), (2, 200), (1, 203), (37, 19000), (1, 19001),
                     (37, 9000), (1, 9001)):
@@ -274,7 +275,7 @@ def test_cluster_plan_refusals():
 def test_wide_clusters_are_asked_of_the_driver_once(monkeypatch):
     """``cluster_fits`` (asked by every backward launch of a cluster over 8 blocks) goes to
     the driver once per compiled kernel, device and launch shape, then answers from memory."""
-    from numba_softmax.kernels import launcher
+    from numba_softmax.runtime import launcher
 
     asked = []
     monkeypatch.setattr(launcher, "simulator_enabled", lambda: False)

@@ -305,7 +305,8 @@ def test_quick_crossovers_fit_but_keep_nothing(monkeypatch, capsys):
     """``--crossovers --quick`` measures five row sizes: it prints its fit, saves none
     (the full run saves; the simulator's run saves nothing either, above)."""
     from numba_softmax.bench import crossovers
-    from numba_softmax.kernels import launcher, methods
+    from numba_softmax.runtime import launcher
+    from numba_softmax.kernels.softmax import methods
 
     saved = []
     monkeypatch.setattr(methods, "save_crossovers", lambda *a, **k: saved.append(a))

@@ -10,7 +10,7 @@ from numba import cuda
 
 from numba_softmax import reference as R
 from numba_softmax.combine import IDENTITY, combine, combine_np, lse, lse_np, weight, weight_np
-from numba_softmax.kernels import fold
+from numba_softmax.kernels.softmax import fold
 
 from _helpers import sized
 

@@ -1,4 +1,4 @@
-"""Split-KV decoding on tensor cores (:mod:`numba_softmax.kernels.decode_tc`) against the
+"""Split-KV decoding on tensor cores (:mod:`numba_softmax.kernels.decode.decode_tc`) against the
 float64 references, beside the CUDA-core decode kernel on the same problems: GQA groups
 and MQA, speculative rows, causal and windows, splits and exact chunks, rows that see no
 key, a negative scale, dense and paged caches; which kernel the dispatch picks; every
@@ -9,11 +9,11 @@ import pytest
 from numba import cuda
 
 from numba_softmax import reference as R
-from numba_softmax.kernels import decode_launch as KD
-from numba_softmax.kernels import launcher
-from numba_softmax.kernels import decode_tc as TC
-from numba_softmax.kernels import paged as KP
-from numba_softmax.kernels import visible as vis
+from numba_softmax.kernels.decode import decode_launch as KD
+from numba_softmax.runtime import launcher
+from numba_softmax.kernels.decode import decode_tc as TC
+from numba_softmax.kernels.decode import paged as KP
+from numba_softmax.kernels.attention import visible as vis
 
 from _attention_data import BF16, F16, F32, check, fresh, paged_cache, poisoned, random, values
 from _helpers import SIMULATOR, sized

@@ -43,7 +43,7 @@ from numba import cuda
 import numba_softmax as ns
 from numba_softmax import reference as R
 from numba_softmax.reference import topk as RT
-from numba_softmax.kernels import fused
+from numba_softmax.kernels.softmax import fused
 
 from _helpers import permuted, SIMULATOR, device_kinds, sized, to_host
 
@@ -224,7 +224,7 @@ def expected(func, x, axis):
 
 def max_threads():
     """The largest block the API launches with (the device's; 64 on the simulator)."""
-    from numba_softmax.kernels import launcher
+    from numba_softmax.runtime import launcher
 
     return launcher.device_limits().max_threads
 

@@ -59,8 +59,8 @@ def test_simulator_only_modules_are_found_from_their_imports():
     assert not cr.simulator_only("pkg/_emu.py", both)
     assert not cr.simulator_only("pkg/_nowhere.py", {"pkg/a.py": gated})  # never imported: unknown
     real = {str(p.relative_to(ROOT)): p.read_bytes() for p in (ROOT / "numba_softmax").rglob("*.py")}
-    assert cr.simulator_only("numba_softmax/kernels/_mma_sim.py", real)
-    assert not cr.simulator_only("numba_softmax/_sim.py", real)  # simulator_enabled() is used everywhere
+    assert cr.simulator_only("numba_softmax/kernels/hw/_mma_sim.py", real)
+    assert not cr.simulator_only("numba_softmax/runtime/sim.py", real)  # simulator_enabled() is used everywhere
 
 
 def test_suite_workers_and_fuzz_shards_in_the_jobs():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from numba_softmax.arrays import layout
-from numba_softmax.kernels.copy import simplify
+from numba_softmax.runtime.copy import simplify
 
 
 def estrides(a):

@@ -1,4 +1,4 @@
-"""The warp-level tensor-core primitives of :mod:`numba_softmax.kernels.mma`, one warp each,
+"""The warp-level tensor-core primitives of :mod:`numba_softmax.kernels.hw.mma`, one warp each,
 against NumPy: the fragment layout drawn in the module docstring, element by element.
 
 On the simulator these run the lane-level emulation; on a GPU the inline PTX — the same
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from numba_softmax.kernels import jit
-from numba_softmax.kernels import mma as M
+from numba_softmax.kernels.hw import jit
+from numba_softmax.kernels.hw import mma as M
 
 F16, BF16 = np.dtype(np.float16), np.dtype(np.uint16)
 

@@ -8,8 +8,8 @@ import pytest
 from numba import cuda
 
 from numba_softmax import reference as R
-from numba_softmax.kernels import append as KAp
-from numba_softmax.kernels import paged as KP
+from numba_softmax.kernels.decode import append as KAp
+from numba_softmax.kernels.decode import paged as KP
 
 from _attention_data import BF16, F16, F32, check, fresh, paged_cache, poisoned, random, values
 from _helpers import SIMULATOR, sized

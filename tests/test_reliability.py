@@ -33,14 +33,14 @@ from numba import cuda
 
 import numba_softmax as ns
 from numba_softmax import reference as R
-from numba_softmax.kernels import fused, online, split, three_pass
+from numba_softmax.kernels.softmax import fused, online, split, three_pass
 
 from _helpers import permuted, SIMULATOR, device_kinds, load_script, sized, to_host
 
 try:  # the modules (numba_softmax.attention may also name the function)
     A = importlib.import_module("numba_softmax.attention")
-    KA = importlib.import_module("numba_softmax.kernels.attention")
-    KD = importlib.import_module("numba_softmax.kernels.decode")
+    KA = importlib.import_module("numba_softmax.kernels.attention.attention")
+    KD = importlib.import_module("numba_softmax.kernels.decode.decode")
 except ImportError:  # being written: the attention tests skip until it is there
     A = KA = KD = None
 
@@ -197,7 +197,7 @@ def traps(monkeypatch):
         return f
 
     from numba_softmax import plans
-    from numba_softmax.kernels import launcher
+    from numba_softmax.runtime import launcher
 
     monkeypatch.setattr(launcher, "launch", trap("launcher.launch"))  # the one launcher
     monkeypatch.setattr(plans.Plan, "__call__", trap("plans.Plan"))  # and the plans' replay
@@ -375,7 +375,7 @@ def test_failed_split_workspace_surfaces(monkeypatch):
     x = (rng().standard_normal((2, sized(300, 5000))) * 3).astype(np.float32)
     d = cuda.to_device(x)
     y = cuda.device_array_like(d)
-    from numba_softmax.kernels import launcher
+    from numba_softmax.runtime import launcher
 
     ws = launcher._WORKSPACES  # every kernel's scratch lives there
     saved = dict(ws) if ws is not None else None
@@ -849,7 +849,7 @@ def test_the_simulator_runs_blocks_out_of_order():
     assert sorted(got) == list(range(16)) and list(got) != list(range(16))
 
 
-@pytest.mark.skipif(not SIMULATOR, reason="the simulator's shuffle emulation (numba_softmax/_sim.py)")
+@pytest.mark.skipif(not SIMULATOR, reason="the simulator's shuffle emulation (numba_softmax/runtime/sim.py)")
 def test_a_lane_that_raises_fails_its_launch_and_a_returned_lane_is_not_waited_for():
     """A lane that raises (the simulator raises where a GPU computes inf: math.log(0.0))
     while its warp shuffles fails the launch with that error — the warp once waited for

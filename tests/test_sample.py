@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from numba_softmax.kernels import sample as S
-from numba_softmax.kernels import topk as K
+from numba_softmax.kernels.topk import sample as S
+from numba_softmax.kernels.topk import topk as K
 from numba_softmax.reference import topk as RT
 from numba_softmax.topk import sample
 

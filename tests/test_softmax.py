@@ -10,8 +10,9 @@ from numba import cuda
 
 import numba_softmax as ns
 from numba_softmax import reference as R
-from numba_softmax.kernels import fused, launcher, online, split, three_pass
-from numba_softmax.kernels.epilogue import MODES
+from numba_softmax.kernels.softmax import fused, online, split, three_pass
+from numba_softmax.runtime import launcher
+from numba_softmax.kernels.rows.epilogue import MODES
 
 from _helpers import SIMULATOR, sized
 
@@ -259,7 +260,7 @@ def test_cluster_rows_through_the_public_call_and_its_replays():
     """Rows that ``auto`` gives to ``cluster`` on sm_90 (8 blocks of 8192 values a row),
     called four times on one CUDA array: the later calls replay the recorded launch
     plan, which must launch clusters too (the kernel's cluster attribute, not the call)."""
-    from numba_softmax.kernels import cluster, methods
+    from numba_softmax.kernels.softmax import cluster, methods
 
     limits = launcher.device_limits()
     if not cluster.supported(limits):

@@ -20,9 +20,10 @@ import pytest
 from numba import cuda
 
 from numba_softmax import reference as R
-from numba_softmax.kernels import (cluster, crossover_table, fused, group, launcher, methods,
-                                   onchip, vector)
-from numba_softmax.kernels.epilogue import LOGSUMEXP, MODES
+from numba_softmax.kernels.softmax import cluster, crossover_table, fused, group, methods, onchip
+from numba_softmax.runtime import launcher
+from numba_softmax.kernels.hw import vector
+from numba_softmax.kernels.rows.epilogue import LOGSUMEXP, MODES
 
 from _helpers import SIMULATOR, sized
 
@@ -332,9 +333,9 @@ def test_cooperative_blocks_meet_in_the_simulator():
     """The emulation: three blocks of a cooperative kernel run at once; a grid sync
     orders one block's write before another's read, and the group barrier does too,
     many times over (its counter only grows)."""
-    from numba_softmax import _sim
-    from numba_softmax.kernels import jit
-    from numba_softmax.kernels.sync import group_barrier
+    from numba_softmax.runtime import sim
+    from numba_softmax.kernels.hw import jit
+    from numba_softmax.kernels.rows.sync import group_barrier
 
     @jit.kernel
     def ring(out, counters, rounds):
@@ -351,7 +352,7 @@ def test_cooperative_blocks_meet_in_the_simulator():
                 board[0] = out[r, (b + 1) % cuda.gridDim.x] // 10  # the next block's
             cuda.cg.this_grid().sync()
 
-    _sim.cooperative(ring)
+    sim.cooperative(ring)
     out = cuda.to_device(np.zeros((4, 3), np.int64))
     counters = cuda.to_device(np.zeros(1, np.int64))
     launcher.launch(ring, 3, 32, 0, (out, counters, 4))
@@ -379,7 +380,7 @@ def test_streaming_teams_narrow_where_rows_fill_the_device(monkeypatch, module, 
     """online and three_pass give a row a narrower team (more rows to a block) only where
     there is a row for every multiprocessor (H200: online float32 4096 × 8192 45 → 87 % of
     copy; with 37 rows it lost), and the team still covers the row."""
-    from numba_softmax.kernels import online, three_pass
+    from numba_softmax.kernels.softmax import online, three_pass
 
     limits = launcher.Limits("an H200", sms=132, max_threads=1024, shared_optin=232448,
                              shared_per_sm=233472, l2_bytes=60 << 20, cc=(9, 0))
@@ -577,7 +578,7 @@ def test_cluster_parks_16_bit_rows_in_pairs(dtype, mode):
 def test_pad_bits_and_bit_views():
     """Pure: the 16-bit pad a row held in pairs ends with (its stored bits), and the
     uint16 views a kernel holding pairs takes (float16 viewed, the others as they are)."""
-    from numba_softmax.kernels import pairs
+    from numba_softmax.kernels.rows import pairs
 
     assert pairs.pad_bits(np.float16, -np.inf) == 0xFC00
     assert pairs.pad_bits(np.float16, 0.0) == 0

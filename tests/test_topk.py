@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from numba_softmax.kernels import launcher
-from numba_softmax.kernels import topk as K
-from numba_softmax.kernels.topk_list import BUFFER, WARP
+from numba_softmax.runtime import launcher
+from numba_softmax.kernels.topk import topk as K
+from numba_softmax.kernels.topk.topk_list import BUFFER, WARP
 from numba_softmax.reference import topk as RT
 from numba_softmax.topk import softmax_topk
 
@@ -207,7 +207,7 @@ def test_split_row_pieces_merged(fused):
         run(x, 5, plan=K.Plan(False, sized(32, 256), 4, sized(3, 40), fused=fused), log=log)
 
 
-# --- the split path by radix select (kernels/topk_select.py) --------------------------------
+# --- the split path by radix select (kernels/topk/topk_select.py) --------------------------------
 def radix_rows(V, rng):
     """Special rows, plus all-equal (the k lowest indices), ±0, and ties at every rank."""
     x = np.concatenate([special_rows(V, rng), np.zeros((3, V))])
@@ -231,13 +231,13 @@ def test_radix_split_special_rows_and_ties(k, threads, splits, fused):
 @pytest.mark.parametrize("cap, heads, fused", [(None, None, False), (4, None, False),
                                                (None, 4, False), (None, None, True), (4, None, True)])
 def test_radix_merge_by_bound_and_by_radix(cap, heads, fused, monkeypatch):
-    """Kernel 2 (kernels/topk_merge.py): the candidates that the bound keeps, ranked by
+    """Kernel 2 (kernels/topk/topk_merge.py): the candidates that the bound keeps, ranked by
     counting — and with room for only 4 of them, or for only 4 heads (S·⌈k/S⌉ = 12 here),
     the radix select of all S·k entries.
     Rows: random; one whose best values crowd into its first piece (most candidates); one
     of few distinct values (ties across pieces); and one whose k best are exactly the
     lists' heads (piece s holds ranks s, s + S, …: the bound is the k-th best itself)."""
-    from numba_softmax.kernels import topk_merge
+    from numba_softmax.kernels.topk import topk_merge
 
     if cap is not None:
         monkeypatch.setattr(topk_merge, "CAP", cap)
@@ -457,8 +457,8 @@ def test_ballot_is_an_unsigned_word_with_lane_31():
     """numba's ballot_sync is a signed int32: lane 31's vote made it negative, and the
     top-k candidate loop (``mask &= mask - 1`` in int64) then found 32 phantom lanes —
     duplicates in every list where lane 31 held a candidate (seen on an H100)."""
-    from numba_softmax.kernels import jit
-    from numba_softmax.kernels.warp import ballot
+    from numba_softmax.kernels.hw import jit
+    from numba_softmax.kernels.hw.warp import ballot
 
     @jit.kernel
     def votes(out):

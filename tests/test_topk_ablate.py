@@ -16,7 +16,7 @@ def test_every_variant_builds_and_the_exact_and_close_ones_match_the_package(tmp
     ablate = load_script("scripts/gpu/topk_ablate.py")
     modules = ablate.build(str(tmp_path), list(ablate.VARIANTS))  # (exits if an edit misses)
     for i in range(len(modules)):  # each copy launches through its own launcher
-        four_warp_blocks(sys.modules[f"ns_{i}.kernels.launcher"])
+        four_warp_blocks(sys.modules[f"ns_{i}.runtime.launcher"])
     rng = np.random.default_rng(3)
     x = cuda.to_device(rng.standard_normal((2, 700)).astype(np.float32))
     for threads, k in ((64, 6), (128, 6), (64, 40)):  # (k 40: two slots, the buffered path)

@@ -12,7 +12,7 @@ from numba import cuda
 from numba_softmax import draws
 from numba_softmax.combine import (EMPTY, combine, combine_topk, combine_topk_np, offer, precedes,
                                    topk_state_np)
-from numba_softmax.kernels import fold_topk
+from numba_softmax.kernels.topk import fold_topk
 from numba_softmax import reference as R
 from numba_softmax.reference import topk as RT
 

@@ -1,4 +1,4 @@
-"""Top-k by the threshold filter (kernels/topk_filter.py): a block streams its row or piece,
+"""Top-k by the threshold filter (kernels/topk/topk_filter.py): a block streams its row or piece,
 keeps the values that beat its k-th best so far, and compacts them by radix select.
 
 On the simulator the rows are a few chunks long, so the buffer fills and compacts more
@@ -9,7 +9,7 @@ chunk); the ties, −inf/NaN rows and dtypes are those of the radix split's test
 import numpy as np
 import pytest
 
-from numba_softmax.kernels import topk as K
+from numba_softmax.kernels.topk import topk as K
 
 from _helpers import sized
 from test_topk import dtype_rows, radix_rows, run, run_dtype

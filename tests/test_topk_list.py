@@ -1,4 +1,4 @@
-"""A warp's top-k list (kernels/topk_list.py) on the device: both ways in — one candidate
+"""A warp's top-k list (kernels/topk/topk_list.py) on the device: both ways in — one candidate
 inserted in turn (one slot), and a buffer merged 32 at a time by the bitonic sort and
 merge (any power of two of slots) — against a sort of the union on the host.
 
@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from numba import cuda
 
 from numba_softmax.combine import EMPTY
-from numba_softmax.kernels import jit
-from numba_softmax.kernels.topk_list import BUFFER, WARP, warp_list
+from numba_softmax.kernels.hw import jit
+from numba_softmax.kernels.topk.topk_list import BUFFER, WARP, warp_list
 
 
 @functools.cache

@@ -1,7 +1,7 @@
 """The 16-byte moves of float16 and bfloat16 rows: one load or store of four 32-bit words.
 
 NVPTX splits a vector of eight 16-bit values into two 8-byte accesses, so these rows move
-as words (:func:`numba_softmax.kernels.vector.words`) and are unpacked in registers: the
+as words (:func:`numba_softmax.kernels.hw.vector.words`) and are unpacked in registers: the
 softmax chunks' ``row_io`` and top-k's ``loads``.  Each is checked here against the values
 themselves, bit for bit, over whole vectors, a ragged last vector and the place past the
 row's end (the pad), in a row view whose stride is longer than the row.
@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from numba_softmax.kernels import jit, topk_stream, vector, vector_chunk
+from numba_softmax.kernels.hw import jit, vector
+from numba_softmax.kernels.topk import topk_stream
+from numba_softmax.kernels.rows import vector_chunk
 
 W = 8
 STRIDE, N = 24, 21  # vectors at 0 and 8 whole, at 16 ragged (5 values), at 24 past the end

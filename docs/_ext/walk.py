@@ -10,8 +10,8 @@ Used two ways:
 
       python docs/_ext/walk.py --out docs/benchmarks     # writes walk-<device>.txt
 
-Nothing is typed by hand: the chunk states come from ``kernels.fold.chunk_states``, the
-running states from ``kernels.fold.fold_tree`` (the compiled combiner), the tile states
+Nothing is typed by hand: the chunk states come from ``kernels.softmax.fold.chunk_states``, the
+running states from ``kernels.softmax.fold.fold_tree`` (the compiled combiner), the tile states
 from the attention kernel run with one key tile per split; the host only formats them,
 and checks that every printed equation holds (the build fails if one does not).
 """
@@ -46,7 +46,7 @@ def where():
     """Where the kernels run: the device's name, or the simulator."""
     from numba import cuda
 
-    from numba_softmax._sim import simulator_enabled
+    from numba_softmax.runtime.sim import simulator_enabled
 
     if simulator_enabled():
         return "the CUDA simulator"
@@ -61,7 +61,7 @@ def _running_states(m_c, l_c):
     forms it."""
     from numba import cuda
 
-    from numba_softmax.kernels import fold
+    from numba_softmax.kernels.softmax import fold
 
     c = m_c.shape[0]
     m = np.concatenate([m_c, np.full(c, -np.inf, F32)])[None, :]
@@ -85,7 +85,7 @@ def softmax_walk():
     import numba_softmax as ns
     from numba_softmax import reference as R
     from numba_softmax.combine import weight
-    from numba_softmax.kernels import fold
+    from numba_softmax.kernels.softmax import fold
 
     x = (np.random.default_rng(SEED).standard_normal(N) * 3).astype(F32)
     cuts = list(range(CHUNK, N, CHUNK))
@@ -175,9 +175,9 @@ def attention_walk():
     from numba import cuda
 
     from numba_softmax import reference as R
-    from numba_softmax._sim import simulator_enabled
+    from numba_softmax.runtime.sim import simulator_enabled
     from numba_softmax.combine import combine_output_np, weight
-    from numba_softmax.kernels import attention
+    from numba_softmax.kernels.attention import attention
 
     rng = np.random.default_rng(ATT_SEED)
     q = (2 * rng.standard_normal((1, 1, 1, ATT_D))).astype(F32)

@@ -1,4 +1,4 @@
-"""Reduction trees: the warp butterfly, the block tree of ``kernels/reduce.py``, and seed
+"""Reduction trees: the warp butterfly, the block tree of ``kernels/rows/reduce.py``, and seed
 004's shared-memory halving tree (for the side-by-side on the reduction page)."""
 
 import matplotlib.pyplot as plt

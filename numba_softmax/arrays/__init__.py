@@ -10,4 +10,5 @@
   CuPy's allocators reuse theirs).
 """
 
-from . import heads, kinds, layout, pool, record, rows  # noqa: F401
+from . import heads, kinds, layout, pool, rows
+from ..runtime import record  # noqa: F401

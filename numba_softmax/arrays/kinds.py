@@ -14,7 +14,7 @@ memory" is host memory: a view is built from the same pointer arithmetic through
 
 bfloat16 (PyTorch ``torch.bfloat16``, or NumPy arrays of ``ml_dtypes.bfloat16``) is
 described as dtype ``"bfloat16"`` and viewed on the device as ``uint16`` bits — the
-kernels' convention (:mod:`numba_softmax.kernels.jit`).
+kernels' convention (:mod:`numba_softmax.kernels.hw.jit`).
 """
 
 import weakref
@@ -22,8 +22,9 @@ import weakref
 import numpy as np
 from numba import cuda
 
-from .._sim import simulator_enabled
-from . import pool, record
+from ..runtime.sim import simulator_enabled
+from . import pool
+from ..runtime import driver, record
 
 BFLOAT16 = "bfloat16"
 FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64), BFLOAT16)
@@ -173,9 +174,7 @@ def _numba_ptr(x):
 def current_device_id():
     """The device of this thread's current CUDA context (asked of the driver: Numba's
     ``get_current_device`` costs ~14 µs on a path that has few to spend)."""
-    from ..kernels import replay
-
-    dev = replay.current_device()
+    dev = driver.current_device()
     return cuda.get_current_device().id if dev is None else dev  # none yet: Numba makes one
 
 

@@ -9,10 +9,10 @@ Pure stride arithmetic (element strides, no library calls), unit-tested on the h
 * :func:`overlaps_itself` — whether two different indices reach one element (a zero
   stride, or interleaved axes): such an array may be read, never written;
 * :func:`device_copy` — the fallback when a fold fails: the strided copy kernel of
-  :mod:`numba_softmax.kernels.copy`, on the device, for every array kind.
+  :mod:`numba_softmax.runtime.copy`, on the device, for every array kind.
 """
 
-from ..kernels import copy as _copy
+from ..runtime import copy as _copy
 from . import kinds
 
 

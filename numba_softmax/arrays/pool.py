@@ -26,7 +26,7 @@ import threading
 import numpy as np
 from numba import cuda
 
-from .._sim import simulator_enabled
+from ..runtime.sim import simulator_enabled
 
 MAX_CACHED = 256 << 20  # idle bytes kept for reuse, over every context and stream
 

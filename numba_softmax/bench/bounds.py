@@ -17,7 +17,8 @@ import functools
 import numpy as np
 from numba import cuda
 
-from ..kernels import jit, launcher
+from ..kernels.hw import jit
+from ..runtime import launcher
 from .results import gbps
 
 THREADS = 256

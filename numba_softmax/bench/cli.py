@@ -7,7 +7,7 @@ import sys
 import time
 import traceback
 
-from .._sim import simulator_enabled
+from ..runtime.sim import simulator_enabled
 from . import env, report, targets
 from .context import Bench, Config, Skip
 from .results import ImpossibleFigure, check, derive

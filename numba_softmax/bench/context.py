@@ -11,7 +11,8 @@ import traceback
 import numpy as np
 from numba import cuda
 
-from ..kernels import jit, launcher
+from ..kernels.hw import jit
+from ..runtime import launcher
 from . import env
 from .results import Bounds, Result
 from .timing import Timer, buffer_sets

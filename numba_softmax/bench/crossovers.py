@@ -8,17 +8,17 @@ the rows: H200, float32 rows of 128 KB, 528 rows ``cluster`` 75.8 % of copy and
 ``cluster`` (sm_90) and ``group`` through ``methods.launch``, each checked against
 ``torch.softmax`` first where torch is present, then timed like the softmax section
 (kernel time, inputs rotated past the L2; GB/s = read once + written once).  Then
-:func:`numba_softmax.kernels.methods.fit_crossovers` finds the entry under which ``auto``'s
+:func:`numba_softmax.kernels.softmax.methods.fit_crossovers` finds the entry under which ``auto``'s
 rule picks the fastest kernels on these cases, and — on a GPU — it is saved for this
-device in the user's table (:mod:`numba_softmax.kernels.crossover_table`), which ``auto``
+device in the user's table (:mod:`numba_softmax.kernels.softmax.crossover_table`), which ``auto``
 reads from then on (not after ``--quick``: its five row sizes are too coarse to choose
 by).  The run prints the entry, the share of the best each case's pick reaches under it
 and under the entry used before, and the file written.  64 s on an H200, compilation
 included (`--quick`: fewer row sizes).  Not part of a plain ``bench`` run.
 """
 
-from ..kernels import crossover_table, methods
-from ..kernels.epilogue import SOFTMAX
+from ..kernels.softmax import crossover_table, methods
+from ..kernels.rows.epilogue import SOFTMAX
 from .context import ITEMSIZE
 from .results import softmax_bytes
 from .softmax import _checker, _timed

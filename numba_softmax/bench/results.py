@@ -10,7 +10,7 @@ true (a timing or byte-count bug, never a result).
 import dataclasses
 
 # Bytes each softmax method really moves, in units of M·N·itemsize (reads + writes), when
-# numba_softmax.kernels.methods has no TRAFFIC table of its own.
+# numba_softmax.kernels.softmax.methods has no TRAFFIC table of its own.
 TRAFFIC = {"three_pass": 4, "online": 3, "split": 3, "fused": 2, "onchip": 2, "cluster": 2}
 TOLERANCE = 1.05  # a figure above 105 % of its ceiling is impossible
 SAME_SIZE_COPY = "copy (same bytes)"  # softmax: a device copy of the problem's own bytes
@@ -101,7 +101,7 @@ def method_traffic(method):
     ``methods.TRAFFIC[method]`` (a number, or a (reads, writes) pair) where the kernels
     publish it, else :data:`TRAFFIC`."""
     try:
-        from ..kernels import methods
+        from ..kernels.softmax import methods
 
         table = getattr(methods, "TRAFFIC", None) or {}
     except ImportError:

@@ -2,7 +2,7 @@
 
 Per (M, N, dtype):
 
-* kernel rows of every method of :data:`numba_softmax.kernels.methods.METHODS` —
+* kernel rows of every method of :data:`numba_softmax.kernels.softmax.methods.METHODS` —
   ``methods.launch`` on ready-made device arrays, configured as the public call
   configures it (``auto`` notes which kernel it chose);
 * call rows of the public ``numba_softmax.softmax`` (``auto``; every method in full mode);
@@ -17,8 +17,8 @@ algorithm sets.  Every implementation's output is checked against ``torch.softma
 float32 once (where torch is present) before it is timed.
 """
 
-from ..kernels import methods
-from ..kernels.epilogue import SOFTMAX
+from ..kernels.softmax import methods
+from ..kernels.rows.epilogue import SOFTMAX
 from .context import ITEMSIZE, Skip, WrongResult
 from .results import SAME_SIZE_COPY, method_traffic, softmax_bytes
 

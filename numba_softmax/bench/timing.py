@@ -83,7 +83,7 @@ def _join(*notes):
 def _sleep_kernel():
     from numba import cuda
 
-    from ..kernels import jit
+    from ..kernels.hw import jit
 
     @jit.kernel
     def sleep(n_us, one_us):
@@ -245,7 +245,7 @@ class Timer:
 def hold(n_us, stream=0):
     """Queue a sleeping kernel of about ``n_us`` µs on ``stream``: work queued after it
     while it sleeps starts back to back, so Python's time to queue it is not timed."""
-    from ..kernels import launcher
+    from ..runtime import launcher
 
     launcher.launch(_sleep_kernel(), 1, 1, stream, (int(n_us), np.uint32(1000)))
 

@@ -9,8 +9,8 @@ d <= 0 (PyTorch's ``is_causal`` when Sq == Sk), a sliding ``window=(left, right)
 row that sees no key gets O = 0 and LSE = −inf, never NaN.
 
 Grouped-query attention (GQA/MQA): K and V may have fewer heads than Q (axis −3);
-query head h reads key/value head h // (Hq // Hkv).  These are the twins of :mod:`numba_softmax.kernels.attention`
-and :mod:`numba_softmax.kernels.decode`.
+query head h reads key/value head h // (Hq // Hkv).  These are the twins of :mod:`numba_softmax.kernels.attention.attention`
+and :mod:`numba_softmax.kernels.decode.decode`.
 """
 
 import math

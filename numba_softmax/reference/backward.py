@@ -2,7 +2,7 @@
 
 Given the forward's *output* and the gradient dL/d(output), each function returns
 dL/d(input) — what an autograd engine asks of a backward.  They are the twins of
-:mod:`numba_softmax.kernels.softmax_backward` and :mod:`numba_softmax.kernels.attention_backward`
+:mod:`numba_softmax.kernels.backward.softmax_backward` and :mod:`numba_softmax.kernels.backward.attention_backward`
 and the oracles of their tests (themselves checked against central finite differences)::
 
     softmax      y = softmax(x)          dx = y ∘ (dy − Σ y∘dy)

@@ -7,7 +7,7 @@ of the sequence lives in block block_table[b, p // block_size] at row p % block_
 ``cache_seqlens[b]`` positions are filled.  Blocks need not be contiguous, nor distinct
 across sequences (a shared prompt prefix may be one set of blocks).
 
-Twins of :mod:`numba_softmax.kernels.paged` and :mod:`numba_softmax.kernels.append`.
+Twins of :mod:`numba_softmax.kernels.decode.paged` and :mod:`numba_softmax.kernels.decode.append`.
 """
 
 import numpy as np

@@ -116,8 +116,8 @@ def task_forward(dtypes):
     from numba import cuda
 
     from numba_softmax import reference as R
-    from numba_softmax.kernels import attention as KA
-    from numba_softmax.kernels import merge as KM
+    from numba_softmax.kernels.attention import attention as KA
+    from numba_softmax.kernels.attention import merge as KM
 
     rng, out = np.random.default_rng(), []
 
@@ -190,7 +190,7 @@ def task_forward(dtypes):
 
 def task_decode():
     from numba_softmax import reference as R
-    from numba_softmax.kernels import decode_launch as KD
+    from numba_softmax.kernels.decode import decode_launch as KD
 
     rng, out = np.random.default_rng(), []
     d = sz(128, 16)
@@ -231,8 +231,8 @@ def task_paged():
     from numba import cuda
 
     from numba_softmax import reference as R
-    from numba_softmax.kernels import append as KAp
-    from numba_softmax.kernels import paged as KP
+    from numba_softmax.kernels.decode import append as KAp
+    from numba_softmax.kernels.decode import paged as KP
 
     rng, out = np.random.default_rng(), []
     d, hq, hkv = sz((128, 32, 8), (16, 4, 2))
@@ -333,7 +333,7 @@ def copies(nbytes):
 
 
 def time_forward(torch, timer, rows):
-    from numba_softmax.kernels import attention as KA
+    from numba_softmax.kernels.attention import attention as KA
 
     sdpa = torch.nn.functional.scaled_dot_product_attention
     for s, d in ((1024, 64), (4096, 64), (1024, 128), (4096, 128)):
@@ -368,7 +368,7 @@ def time_forward(torch, timer, rows):
     rows.append(("forward fp32 GQA", f"B2 Hq32 Hkv8 S{s} D{d}", "GQA vs expanded",
                  flops / t_gqa / 1e12, flops / t_exp / 1e12, "TFLOP/s"))
     # the same on tensor cores (fp16, D 128, causal and not): the forward fp16/bf16 takes
-    from numba_softmax.kernels import attention_tc as KT
+    from numba_softmax.kernels.attention import attention_tc as KT
 
     d = 128
     q = torch.randn(b, hq, s, d, device="cuda", dtype=torch.float16)
@@ -386,8 +386,8 @@ def time_forward(torch, timer, rows):
 
 
 def time_decode(torch, timer, rows):
-    from numba_softmax.kernels import decode_launch as KD
-    from numba_softmax.kernels import paged as KP
+    from numba_softmax.kernels.decode import decode_launch as KD
+    from numba_softmax.kernels.decode import paged as KP
 
     hq, hkv, d = 32, 8, 128
 
@@ -455,7 +455,7 @@ def main(argv=None):
                 checked += n
             except Exception:
                 failures.append(f"{futures[fut]}: crashed\n{traceback.format_exc()}")
-    from numba_softmax.kernels import launcher
+    from numba_softmax.runtime import launcher
 
     failures += [f for f in sweep_results if f]
     checked += len(sweep_results)
@@ -483,9 +483,9 @@ def warm():
     from numba import cuda
 
     from numba_softmax import reference as R
-    from numba_softmax.kernels import attention as KA
-    from numba_softmax.kernels import decode_launch as KD
-    from numba_softmax.kernels import paged as KP
+    from numba_softmax.kernels.attention import attention as KA
+    from numba_softmax.kernels.decode import decode_launch as KD
+    from numba_softmax.kernels.decode import paged as KP
 
     rng, fails = np.random.default_rng(), []
     for d, sweep in ((64, SWEEP_64), (128, SWEEP_128)):

@@ -1,4 +1,4 @@
-"""GPU check of the tensor-core FlashAttention-2 kernel (numba_softmax/kernels/attention_tc.py).
+"""GPU check of the tensor-core FlashAttention-2 kernel (numba_softmax/kernels/attention/attention_tc.py).
 
     python scripts/gpu/attention_tc.py [--no-variants] [--no-memory]
 
@@ -7,7 +7,7 @@
    same-precision math path on the same inputs + 1e-5 — over odd Sq/Sk, D ∈ {16, 40, 64,
    80, 128, 256}, causal (also Sq > Sk: rows that see nothing → O = 0, LSE = −inf), a
    sliding window, GQA, varlen (NaN in the unused rows after the last sequence), and
-   split-KV partials merged by kernels.merge.merge_splits_launch.  LSE against float32.
+   split-KV partials merged by kernels.attention.merge.merge_splits_launch.  LSE against float32.
 2. Timing against torch SDPA (same run, kernel time: CUDA events around each launch while
    the GPU is kept ahead of the host, median of 30, inputs rotated past the L2):
    (B, H) = (4, 8), S = 1024 / 4096, D = 64 / 128, causal off/on, fp16/bf16 → TFLOP/s
@@ -34,9 +34,9 @@ import torch.nn.functional as F  # noqa: E402
 from numba import cuda  # noqa: E402
 
 from numba_softmax import reference as R  # noqa: E402
-from numba_softmax.kernels import attention as CUDA_CORE  # noqa: E402
-from numba_softmax.kernels import attention_tc as TC  # noqa: E402
-from numba_softmax.kernels import merge as KD  # noqa: E402
+from numba_softmax.kernels.attention import attention as CUDA_CORE  # noqa: E402
+from numba_softmax.kernels.attention import attention_tc as TC  # noqa: E402
+from numba_softmax.kernels.attention import merge as KD  # noqa: E402
 
 BUDGET = 110.0  # seconds: variants are skipped beyond ~80
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -215,7 +215,7 @@ def timing():
 
 def variants():
     print("\nchapter steps, fp16, S = 4096, (B, H) = (4, 8), non-causal: TFLOP/s")
-    steps = [("v5 CUDA cores (kernels/attention.py)", None),
+    steps = [("v5 CUDA cores (kernels/attention/attention.py)", None),
              ("v7 tensor cores, single-buffered (stages=1)", dict(stages=1)),
              ("v7 tensor cores, double-buffered (default)", {}),
              ("  warps=8 (Br = 128)", dict(warps=8)),

@@ -1,13 +1,13 @@
 """What ``auto`` should pick (issue 13): every on-chip softmax method at rows of 16–160 KB,
 per item size and row count, beside the method ``auto`` runs; prints, and writes one JSON
-line a case for the crossover table (``numba_softmax/kernels/crossovers.json``,
+line a case for the crossover table (``numba_softmax/kernels/softmax/crossovers.json``,
 ``docs/algorithms/auto.md``).
 
     python scripts/gpu/auto_sweep.py [--out sweep.jsonl] [--quick]
 
 For each (dtype, rows, n): a device-to-device copy of the same bytes (torch ``copy_``),
 then ``fused``, ``onchip``, ``cluster``, ``group`` and ``auto`` through
-``kernels.methods.launch`` in softmax mode, each checked against float32
+``kernels.softmax.methods.launch`` in softmax mode, each checked against float32
 ``torch.softmax`` first, then timed: kernel time behind a sleeping kernel
 (``_timing.kernel_ms``), inputs rotated past the L2; % of the copy = GB/s (read once +
 written once) over the copy's.  A method that cannot take the shape prints ``---``.  The
@@ -27,8 +27,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import RowSets, kernel_ms  # noqa: E402
 
-from numba_softmax.kernels import methods  # noqa: E402
-from numba_softmax.kernels.epilogue import SOFTMAX  # noqa: E402
+from numba_softmax.kernels.softmax import methods  # noqa: E402
+from numba_softmax.kernels.rows.epilogue import SOFTMAX  # noqa: E402
 
 PLAN = (("float32", (4096, 6144, 8192, 10240, 12288, 14336, 16384, 20480, 24576, 32768),
          (8, 66, 528, 2048)),

@@ -39,10 +39,10 @@ from numba import cuda  # noqa: E402
 
 import numba_softmax.torch as nst  # noqa: E402
 from numba_softmax import backward as B  # noqa: E402
-from numba_softmax.kernels import attention_backward as KA  # noqa: E402
-from numba_softmax.kernels import launcher  # noqa: E402
-from numba_softmax.kernels import softmax_backward_launch as KS  # noqa: E402
-from numba_softmax.kernels.epilogue import LOG_SOFTMAX, SOFTMAX  # noqa: E402
+from numba_softmax.kernels.backward import attention_backward as KA  # noqa: E402
+from numba_softmax.runtime import launcher  # noqa: E402
+from numba_softmax.kernels.backward import softmax_backward_launch as KS  # noqa: E402
+from numba_softmax.kernels.rows.epilogue import LOG_SOFTMAX, SOFTMAX  # noqa: E402
 
 F = torch.nn.functional
 FAILED = []

@@ -30,9 +30,9 @@ import torch  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import numba_softmax  # noqa: E402
-from numba_softmax.kernels import attention_backward as KA  # noqa: E402
-from numba_softmax.kernels import softmax_backward_launch as KS  # noqa: E402
-from numba_softmax.kernels.epilogue import LOG_SOFTMAX, SOFTMAX  # noqa: E402
+from numba_softmax.kernels.backward import attention_backward as KA  # noqa: E402
+from numba_softmax.kernels.backward import softmax_backward_launch as KS  # noqa: E402
+from numba_softmax.kernels.rows.epilogue import LOG_SOFTMAX, SOFTMAX  # noqa: E402
 
 from _timing import kernel_ms  # noqa: E402
 from backward_cluster import TOL, case  # noqa: E402

@@ -25,9 +25,9 @@ from _timing import kernel_ms  # noqa: E402
 
 from numba import cuda  # noqa: E402
 
-from numba_softmax.kernels import launcher  # noqa: E402
-from numba_softmax.kernels import softmax_backward_launch as KS  # noqa: E402
-from numba_softmax.kernels.epilogue import LOG_SOFTMAX, SOFTMAX  # noqa: E402
+from numba_softmax.runtime import launcher  # noqa: E402
+from numba_softmax.kernels.backward import softmax_backward_launch as KS  # noqa: E402
+from numba_softmax.kernels.rows.epilogue import LOG_SOFTMAX, SOFTMAX  # noqa: E402
 
 SHAPES = [(1024, 65536), (1024, 128256), (2048, 32768), (4096, 20000), (256, 262144),
           (16384, 1024), (4096, 8192)]

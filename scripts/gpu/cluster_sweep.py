@@ -21,8 +21,8 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from _timing import RowSets, kernel_ms  # noqa: E402
 
-from numba_softmax.kernels import cluster, methods  # noqa: E402
-from numba_softmax.kernels.epilogue import SOFTMAX  # noqa: E402
+from numba_softmax.kernels.softmax import cluster, methods  # noqa: E402
+from numba_softmax.kernels.rows.epilogue import SOFTMAX  # noqa: E402
 
 SHAPES = [((2048, 16384), "float32"), ((1024, 65536), "float32"), ((512, 131072), "float32"),
           ((256, 262144), "float32"), ((1024, 65536), "float16"), ((256, 262144), "float16"),

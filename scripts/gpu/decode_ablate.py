@@ -8,7 +8,8 @@ which step of "partial → fence → ticket → last block folds" costs the smal
 import torch
 from numba import cuda, int32
 
-from numba_softmax.kernels import decode, decode_launch, decode_merge, jit
+from numba_softmax.kernels.decode import decode, decode_launch, decode_merge
+from numba_softmax.kernels.hw import jit
 
 from _timing import kernel_ms
 

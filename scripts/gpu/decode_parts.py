@@ -10,7 +10,8 @@ import torch
 from numba import cuda
 
 import numba_softmax as ns
-from numba_softmax.kernels import decode_launch, launcher
+from numba_softmax.kernels.decode import decode_launch
+from numba_softmax.runtime import launcher
 
 from _timing import kernel_ms
 

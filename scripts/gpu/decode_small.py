@@ -3,7 +3,7 @@ variants (issue 12's decode rows): run on a GPU; prints only.
 
     python scripts/gpu/decode_small.py [--variants U:WARPS ...]
 
-Each variant sets the keys a lane loads at once (U, :func:`numba_softmax.kernels.decode.lanes`)
+Each variant sets the keys a lane loads at once (U, :func:`numba_softmax.kernels.decode.decode.lanes`)
 and the warps of a block, then times the dense call (B 1, H 8, Sk 1024, D 64, float32,
 1–16 splits) and the paged one (pages of 16, automatic splits, ``check=False``): kernel
 time behind a sleeping kernel, and the synchronised call beside ``torch.softmax``'s.
@@ -18,7 +18,7 @@ import torch
 
 import numba_softmax as ns
 from numba_softmax import plans
-from numba_softmax.kernels import decode
+from numba_softmax.kernels.decode import decode
 
 from _timing import kernel_ms
 

@@ -27,9 +27,9 @@ import sys
 import torch
 from numba import cuda
 
-from numba_softmax.kernels import decode_launch as DL
-from numba_softmax.kernels import decode_tc as TC
-from numba_softmax.kernels import paged as KP
+from numba_softmax.kernels.decode import decode_launch as DL
+from numba_softmax.kernels.decode import decode_tc as TC
+from numba_softmax.kernels.decode import paged as KP
 
 from _timing import kernel_ms  # (scripts/gpu/, the script's own folder)
 

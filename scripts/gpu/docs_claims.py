@@ -31,8 +31,9 @@ from numba import cuda  # noqa: E402
 
 import numba_softmax as ns  # noqa: E402
 from numba_softmax.combine import combine_device, combine_np  # noqa: E402
-from numba_softmax.kernels import jit, launcher  # noqa: E402
-from numba_softmax.kernels.reduce import warp_combine  # noqa: E402
+from numba_softmax.kernels.hw import jit
+from numba_softmax.runtime import launcher  # noqa: E402
+from numba_softmax.kernels.rows.reduce import warp_combine  # noqa: E402
 
 F32 = np.float32
 FAILED = []

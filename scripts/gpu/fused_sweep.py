@@ -20,8 +20,8 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from _timing import RowSets, kernel_ms  # noqa: E402
 
-from numba_softmax.kernels import fused  # noqa: E402
-from numba_softmax.kernels.epilogue import SOFTMAX  # noqa: E402
+from numba_softmax.kernels.softmax import fused  # noqa: E402
+from numba_softmax.kernels.rows.epilogue import SOFTMAX  # noqa: E402
 
 SHAPES = [((16384, 1024), "float32"), ((16384, 1024), "float16"), ((16384, 1024), "bfloat16"),
           ((4096, 8192), "float32"), ((4096, 8192), "float16"), ((32768, 512), "float32"),

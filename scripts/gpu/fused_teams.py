@@ -26,8 +26,8 @@ import torch  # noqa: E402
 from _timing import RowSets, kernel_ms  # noqa: E402
 
 import numba_softmax  # noqa: E402
-from numba_softmax.kernels import fused, methods  # noqa: E402
-from numba_softmax.kernels.epilogue import LOG_SOFTMAX, SOFTMAX  # noqa: E402
+from numba_softmax.kernels.softmax import fused, methods  # noqa: E402
+from numba_softmax.kernels.rows.epilogue import LOG_SOFTMAX, SOFTMAX  # noqa: E402
 
 print(label, numba_softmax.__file__, torch.cuda.get_device_name(), flush=True)
 try:  # trees before teams of whole warps have no power-of-two option: they are that

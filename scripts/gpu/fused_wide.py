@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""``fused``'s wide float32 teams (:data:`numba_softmax.kernels.fused.WIDE`; issue 13, "best
+"""``fused``'s wide float32 teams (:data:`numba_softmax.kernels.softmax.fused.WIDE`; issue 13, "best
 method ≥ the Triton tutorial on every shape"): run on a GPU, alone; prints only.
 
     python scripts/gpu/fused_wide.py          # the default team against the launch fused chooses
@@ -7,7 +7,7 @@ method ≥ the Triton tutorial on every shape"): run on a GPU, alone; prints onl
     python scripts/gpu/fused_wide.py --pad    # both teams on rows laid out 128 bytes apart
 
 Default: float32 softmax at rows of 2560 … 12288 values, the team of
-:func:`~numba_softmax.kernels.fused.default_team` (32 values a thread, 64 registers)
+:func:`~numba_softmax.kernels.softmax.fused.default_team` (32 values a thread, 64 registers)
 against the launch ``fused.configure`` gives (a wide team where :func:`wide_team` says),
 a b a b, with the Triton tutorial kernel beside.  ``--map``: every team of 32, 16, 8 and
 4 values a thread with the kernel held to 64, 48, 40 and 32 registers (a launch that
@@ -32,8 +32,10 @@ import torch  # noqa: E402
 from _timing import RowSets, kernel_ms  # noqa: E402
 
 from numba_softmax.bench import triton_peers  # noqa: E402
-from numba_softmax.kernels import chunk, fused, launcher  # noqa: E402
-from numba_softmax.kernels.epilogue import SOFTMAX  # noqa: E402
+from numba_softmax.kernels.rows import chunk
+from numba_softmax.kernels.softmax import fused
+from numba_softmax.runtime import launcher  # noqa: E402
+from numba_softmax.kernels.rows.epilogue import SOFTMAX  # noqa: E402
 
 AB_SHAPES = [(8192, 4096), (4096, 8192), (8192, 2560), (5461, 3072), (2730, 6144), (1638, 10240),
              (1365, 12288), (4096, 4096), (2048, 8192), (1024, 12000), (4096, 5000)]

@@ -16,8 +16,8 @@ from _timing import RowSets, kernel_ms  # noqa: E402
 
 from numba import cuda  # noqa: E402
 
-from numba_softmax.kernels import group  # noqa: E402
-from numba_softmax.kernels.epilogue import SOFTMAX  # noqa: E402
+from numba_softmax.kernels.softmax import group  # noqa: E402
+from numba_softmax.kernels.rows.epilogue import SOFTMAX  # noqa: E402
 
 SHAPES = [((1024, 65536), torch.float32), ((256, 262144), torch.float32),
           ((128, 1048576), torch.float32), ((256, 262144), torch.float16)]

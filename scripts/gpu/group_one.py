@@ -11,8 +11,8 @@ import sys
 import torch
 from numba import cuda
 
-from numba_softmax.kernels import group
-from numba_softmax.kernels.epilogue import SOFTMAX
+from numba_softmax.kernels.softmax import group
+from numba_softmax.kernels.rows.epilogue import SOFTMAX
 
 rows, n = (int(sys.argv[1]), int(sys.argv[2])) if len(sys.argv) > 2 else (1024, 65536)
 x = torch.randn(rows, n, device="cuda")

@@ -19,8 +19,8 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from _timing import RowSets, kernel_ms  # noqa: E402
 
-from numba_softmax.kernels import group, online  # noqa: E402
-from numba_softmax.kernels.epilogue import SOFTMAX  # noqa: E402
+from numba_softmax.kernels.softmax import group, online  # noqa: E402
+from numba_softmax.kernels.rows.epilogue import SOFTMAX  # noqa: E402
 
 SHAPES = [((1024, 65536), torch.float32), ((256, 262144), torch.float32),
           ((128, 1048576), torch.float32), ((1, 16777216), torch.float32),

@@ -25,7 +25,7 @@ import numba_softmax as ns  # noqa: E402
 from numba_softmax import plans  # noqa: E402
 from numba_softmax.arrays import kinds  # noqa: E402
 from numba_softmax.bench.timing import Timer  # noqa: E402
-from numba_softmax.kernels import replay  # noqa: E402
+from numba_softmax.runtime import replay  # noqa: E402
 
 
 def pieces(name, tag, arrays, n):

@@ -19,7 +19,7 @@ from numba import cuda
 import numba_softmax as ns
 from numba_softmax import plans
 from numba_softmax.arrays import kinds, pool
-from numba_softmax.kernels import replay
+from numba_softmax.runtime import replay
 
 
 def per_call_us(fn, calls, loops=5, sync=cuda.synchronize):

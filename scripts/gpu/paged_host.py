@@ -22,7 +22,7 @@ from host_profile import bare_us, per_call_us, print_profile  # noqa: E402
 import numba_softmax as ns  # noqa: E402
 from numba_softmax import plans  # noqa: E402
 from numba_softmax.arrays import kinds  # noqa: E402
-from numba_softmax.kernels import table_check  # noqa: E402
+from numba_softmax.kernels.decode import table_check  # noqa: E402
 
 
 def main():

@@ -32,10 +32,10 @@ if os.environ.get("LINEINFO"):  # source lines in the profile: every cuda.jit wi
     _jit = cuda.jit
     cuda.jit = lambda *a, **kw: _jit(*a, lineinfo=True, **kw)
 
-from numba_softmax.kernels import decode_launch as DL  # noqa: E402
-from numba_softmax.kernels import launcher  # noqa: E402
-from numba_softmax.kernels import paged as KP  # noqa: E402
-from numba_softmax.kernels import topk as K  # noqa: E402
+from numba_softmax.kernels.decode import decode_launch as DL  # noqa: E402
+from numba_softmax.runtime import launcher  # noqa: E402
+from numba_softmax.kernels.decode import paged as KP  # noqa: E402
+from numba_softmax.kernels.topk import topk as K  # noqa: E402
 
 from _timing import kernel_ms  # noqa: E402  (scripts/gpu/, the script's own folder)
 

@@ -9,7 +9,7 @@
 
 1. **Correctness**, in worker processes (the kernels compile in parallel): every method
    (and ``auto``) × float16 / bfloat16 / float32 / float64 × softmax / log_softmax /
-   logsumexp, through ``kernels.methods.launch`` on Numba device arrays: rows 37 × 1128
+   logsumexp, through ``kernels.softmax.methods.launch`` on Numba device arrays: rows 37 × 1128
    holding −inf, an all −inf row, NaN, +inf and huge values; a transposed 199 × 760 view;
    a reversed, stepped (negative-stride) view; a stepped output; rows 1, 37, 199 × columns
    1, 7, 760, 1128 (float32, bfloat16); widths at each kernel threshold ±1 (float32).
@@ -102,8 +102,9 @@ def check_group(job):
     from numba import cuda
 
     from numba_softmax import reference as R
-    from numba_softmax.kernels import fused, group, launcher, methods
-    from numba_softmax.kernels.epilogue import MODES as CODES
+    from numba_softmax.kernels.softmax import fused, group, methods
+    from numba_softmax.runtime import launcher
+    from numba_softmax.kernels.rows.epilogue import MODES as CODES
 
     refs = {"softmax": R.softmax, "log_softmax": R.log_softmax,
             "logsumexp": lambda v: R.logsumexp(v)[..., None]}
@@ -305,8 +306,9 @@ def timing(shapes, dtypes, kernel_methods, warm_only=False):
     import torch
     from numba import cuda
 
-    from numba_softmax.kernels import launcher, methods
-    from numba_softmax.kernels.epilogue import SOFTMAX
+    from numba_softmax.runtime import launcher
+    from numba_softmax.kernels.softmax import methods
+    from numba_softmax.kernels.rows.epilogue import SOFTMAX
 
     timer = Timer(torch)
     limits = launcher.device_limits()
@@ -410,7 +412,8 @@ def main():
     args = ap.parse_args()
     t_start = time.time()
 
-    from numba_softmax.kernels import launcher, methods
+    from numba_softmax.runtime import launcher
+    from numba_softmax.kernels.softmax import methods
 
     kernels = tuple(args.methods.split(",")) if args.methods else tuple(methods.KERNELS)
     limits = launcher.device_limits()

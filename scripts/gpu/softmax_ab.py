@@ -9,7 +9,7 @@
 
 For each case (shape, dtype, method — fused, cluster, online, group, split, three_pass,
 ``auto``): a device-to-device copy of the same bytes (torch ``copy_``), then the method
-through ``kernels.methods.launch`` in softmax mode, checked against float32
+through ``kernels.softmax.methods.launch`` in softmax mode, checked against float32
 ``torch.softmax`` (max error printed) and timed: kernel time behind a sleeping kernel
 (``_timing.kernel_ms``), inputs rotated past the L2, GB/s = read once + written once, % of
 the copy. Run the trees one after the other, alone on the GPU. Prints one line a case;
@@ -29,8 +29,8 @@ sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
 import numba_softmax  # noqa: E402
-from numba_softmax.kernels import methods  # noqa: E402
-from numba_softmax.kernels.epilogue import SOFTMAX  # noqa: E402
+from numba_softmax.kernels.softmax import methods  # noqa: E402
+from numba_softmax.kernels.rows.epilogue import SOFTMAX  # noqa: E402
 
 from _timing import RowSets, kernel_ms  # noqa: E402
 

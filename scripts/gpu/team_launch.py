@@ -20,8 +20,9 @@ sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 
-from numba_softmax.kernels import chunk, online, three_pass  # noqa: E402
-from numba_softmax.kernels.epilogue import SOFTMAX  # noqa: E402
+from numba_softmax.kernels.rows import chunk
+from numba_softmax.kernels.softmax import online, three_pass  # noqa: E402
+from numba_softmax.kernels.rows.epilogue import SOFTMAX  # noqa: E402
 
 from _timing import RowSets, kernel_ms  # noqa: E402
 

@@ -37,9 +37,9 @@ import torch  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import numba_softmax  # noqa: E402,F401
-from numba_softmax.kernels import launcher  # noqa: E402
-from numba_softmax.kernels import sample as S  # noqa: E402
-from numba_softmax.kernels import topk as K  # noqa: E402
+from numba_softmax.runtime import launcher  # noqa: E402
+from numba_softmax.kernels.topk import sample as S  # noqa: E402
+from numba_softmax.kernels.topk import topk as K  # noqa: E402
 from numba_softmax.reference import topk as RT  # noqa: E402
 from numba_softmax.topk import sample, softmax_topk  # noqa: E402
 

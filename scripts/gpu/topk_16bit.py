@@ -27,7 +27,7 @@ import torch  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import numba_softmax  # noqa: E402
-from numba_softmax.kernels import topk as K  # noqa: E402
+from numba_softmax.kernels.topk import topk as K  # noqa: E402
 
 from _timing import kernel_ms  # noqa: E402
 

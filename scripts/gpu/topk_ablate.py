@@ -5,7 +5,7 @@ package's top-k beside copies of it with one part taken out, and torch, in one r
     python scripts/gpu/topk_ablate.py [--quick] [--only NAME,NAME] [--plans 64x16,128x16]
 
 Variants — copies of ``numba_softmax`` in a temporary folder, each edited in a few places of
-:mod:`numba_softmax.kernels.topk_stream` or :mod:`~numba_softmax.kernels.topk_state`
+:mod:`numba_softmax.kernels.topk.topk_stream` or :mod:`~numba_softmax.kernels.topk.topk_state`
 (an edit that no longer matches the source stops the script):
 
 ``as is``     the package;
@@ -60,7 +60,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE = os.path.join(HERE, "..", "..", "numba_softmax")
 sys.path.insert(0, HERE)
 
-STREAM, STATE, TOPK = "kernels/topk_stream.py", "kernels/topk_state.py", "kernels/topk.py"
+STREAM, STATE, TOPK = "kernels/topk/topk_stream.py", "kernels/topk/topk_state.py", "kernels/topk/topk.py"
 FOLD = "fold = stream(dtype, vpt, width, regs, perturb, not warp_rows and threads // WARP > 2, scaled)"
 
 with open(os.path.join(PACKAGE, STREAM)) as _f:
@@ -159,7 +159,7 @@ def build(folder, names):
                 f.write(text.replace(old, new))
     sys.path.insert(0, folder)
     for i, name in enumerate(names):
-        modules[name] = importlib.import_module(f"ns_{i}.kernels.topk")
+        modules[name] = importlib.import_module(f"ns_{i}.kernels.topk.topk")
     return modules
 
 

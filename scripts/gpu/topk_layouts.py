@@ -8,7 +8,7 @@ two trees (a checkout of an earlier commit and this one) can be compared in one 
 
 Kernel time by CUDA events behind ``torch.cuda._sleep`` (``_timing.kernel_ms``), inputs
 rotated past the L2, float32 N(0, 1) logits; each plan forced through
-:func:`numba_softmax.kernels.topk.launch`'s ``plan=`` and checked against
+:func:`numba_softmax.kernels.topk.topk.launch`'s ``plan=`` and checked against
 ``torch.topk(torch.softmax(x, -1), k)`` (values to 1e-5, indices ≥ 99 % equal: ties in
 float32 probabilities may swap).  GB/s counts one read of the logits.  Prints one line a
 plan; nothing is kept.
@@ -26,7 +26,7 @@ import torch  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import numba_softmax  # noqa: E402
-from numba_softmax.kernels import topk as K  # noqa: E402
+from numba_softmax.kernels.topk import topk as K  # noqa: E402
 
 from _timing import kernel_ms  # noqa: E402
 

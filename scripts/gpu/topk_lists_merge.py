@@ -19,7 +19,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch
 from numba import cuda
-from numba_softmax.kernels import topk as K, launcher
+from numba_softmax.kernels.topk import topk as K
+from numba_softmax.runtime import launcher
 from _timing import kernel_ms
 
 print(torch.cuda.get_device_name(), flush=True)

@@ -5,7 +5,7 @@ of the tensor-core kernel's tiles, is ``scripts/gpu/decode_tc.py --sweep``.)
 
 Kernel time by CUDA events around calls queued behind ``torch.cuda._sleep`` (so host
 time is hidden), median of 5 sets of 20 calls, inputs rotated past the L2.  Each plan is
-forced through :func:`numba_softmax.kernels.topk.launch`'s ``plan=`` (the kernel sources
+forced through :func:`numba_softmax.kernels.topk.topk.launch`'s ``plan=`` (the kernel sources
 are not touched) and every result is checked against torch's.  Three parts:
 
 1. few rows (B = 1): the radix split's two kernels timed apart (the piece kernel alone,
@@ -26,8 +26,8 @@ from numba import cuda
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from numba_softmax.kernels import launcher  # noqa: E402
-from numba_softmax.kernels import topk as K  # noqa: E402
+from numba_softmax.runtime import launcher  # noqa: E402
+from numba_softmax.kernels.topk import topk as K  # noqa: E402
 
 from _timing import kernel_ms  # noqa: E402  (scripts/gpu/, the script's own folder)
 

@@ -1,0 +1,11 @@
+"""FlashAttention forward: softmax(scale·Q Kᵀ) V in one pass, never the Sq × Sk matrix.
+
+``attention``     a1 — on CUDA cores: K/V tiles in shared memory, the (m, ℓ, O) update
+``flash_tiles``   the layout of one block of ``attention``: tile sizes and shared memory
+``tileio``        16-byte loads and stores of attention tiles (4-D arrays, shared memory)
+``visible``       which keys a query sees: causal (bottom-right), sliding windows
+``attention_tc``  a2 — on tensor cores (``mma.sync``), fp16 / bf16 in, float32 accumulation
+``tc_fold``       one key tile folded into a warp's rows on tensor cores
+``staging``       ``cp.async`` staging of K / V tiles for the tensor-core kernels
+``merge``         the (O, LSE) merge of partial results: key ranges of one query row
+"""

@@ -1,0 +1,10 @@
+"""The hardware primitives every kernel is built from, each with its simulator twin.
+
+``jit``       how every kernel is compiled: options, accumulator and storage types
+``vector``    16-byte loads and stores
+``ptx``       PTX instructions Numba does not emit (``max.NaN.f32``, ``cvt.rn.bf16.f32`` …)
+``mma``       tensor cores: ``mma.sync`` m16n8k16, ``ldmatrix``, ``cp.async``
+``_mma_sim``  the simulator's lane-by-lane twin of ``mma``
+``warp``      warp votes and shuffles from any lane
+``shuffle``   shuffles of whole register arrays
+"""

@@ -1,0 +1,43 @@
+"""The CUDA driver, for the few calls the package makes itself.
+
+Numba's own wrappers for these cost microseconds a call (``cuda.current_context()`` ~10 µs,
+``get_current_device`` ~14 µs) on paths that have few to spend; the driver answers in a
+fraction of one.  ``cu`` is ``cuda.bindings.driver``, or None where it is missing (then
+launch plans are off and the callers take Numba's way).
+"""
+
+try:
+    from cuda.bindings import driver as cu
+except ImportError:  # pragma: no cover - no cuda.bindings
+    cu = None
+
+
+def current_context():
+    """This thread's current CUDA context, as an int handle (0: none)."""
+    if cu is None:
+        return 0
+    err, ctx = cu.cuCtxGetCurrent()
+    return 0 if err else int(ctx)
+
+
+def current_device():
+    """The device ordinal of this thread's current CUDA context, or None without one."""
+    if cu is None:
+        return None
+    err, dev = cu.cuCtxGetDevice()
+    return None if err else int(dev)
+
+
+def set_kernel_attribute(name, value, handle, device):
+    """``cuKernelSetAttribute``: set the ``CUfunction_attribute`` ``name`` on the compiled
+    kernel ``handle`` for ``device``; raises RuntimeError with the driver's error."""
+    attr = getattr(cu.CUfunction_attribute, name)
+    (err,) = cu.cuKernelSetAttribute(attr, value, handle, device)
+    if int(err) != 0:
+        raise RuntimeError(f"cuKernelSetAttribute({name}, {value}): {err}")
+
+
+def kernel_function(handle):
+    """The CUfunction of the compiled kernel ``handle`` in the current context, or None."""
+    err, func = cu.cuKernelGetFunction(handle)
+    return None if int(err) != 0 else func
