@@ -10,6 +10,7 @@ simulator.
 """
 
 import ctypes
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -76,5 +77,17 @@ def _kernel_chapter_as_text(app, what, name, obj, options, lines):
         lines[:] = ["::", ""] + ["    " + line for line in lines] + [""]
 
 
+def _draw_architecture(app):
+    """Redraw the package's picture and folder table from its imports and ``__init__``
+    docstrings (``docs/figures/architecture.py``: ast only, no import, no matplotlib),
+    so ``architecture.md`` and ``api.md`` show the code as it is."""
+    script = DOCS / "figures" / "architecture.py"
+    spec = importlib.util.spec_from_file_location("architecture", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.write()
+
+
 def setup(app):
+    app.connect("builder-inited", _draw_architecture)
     app.connect("autodoc-process-docstring", _kernel_chapter_as_text)

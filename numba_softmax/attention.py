@@ -7,120 +7,20 @@ CuPy, PyTorch CUDA tensors and Numba device arrays → the same kind, on the sam
 """
 
 import math
-import numbers
 
 import numpy as np
 
-from . import plans
+from . import checks, plans
 from .arrays import heads, kinds, layout
-from .arrays.rows import check_alias, check_dtype
+from .arrays.rows import check_alias
 from .kernels.attention import attention as _forward
 from .kernels.attention import attention_tc as _tensor_cores
-from .kernels.decode import decode_launch as _decode
-from .runtime import launcher
 from .kernels.attention import merge as _merge
+from .kernels.decode import decode_launch as _decode
 
 __all__ = ["attention", "merge_attention"]
 
-DTYPES = (np.dtype(np.float16), kinds.BFLOAT16, np.dtype(np.float32))
-LSE_DTYPES = kinds.FLOATS
 F32 = np.dtype(np.float32)
-
-
-# --- validation (all of it before anything is copied or launched) -----------------------
-def _named(x, name):
-    """``kinds.describe(x)``, its TypeError (not an array) naming the argument."""
-    try:
-        return kinds.describe(x)
-    except TypeError as e:
-        raise TypeError(f"{name}: {e}") from None
-
-
-def _describe_all(named, allowed):
-    """Described arrays by name; one kind for all, each dtype in ``allowed``."""
-    out, first = {}, None
-    for name, x in named.items():
-        d = _named(x, name)
-        check_dtype(d, name, allowed[name] if isinstance(allowed, dict) else allowed)
-        if first is not None and d.kind != out[first].kind:
-            raise TypeError(f"{first} and {name} must be the same kind of array, got "
-                            f"{out[first].kind} and {d.kind}")
-        first = first or name
-        out[name] = d
-    return out
-
-
-def _check_flag(value, name):
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {value!r}")
-    return bool(value)
-
-
-def _check_scale(scale, d):
-    if scale is None:  # (D = 0 is refused by the head-dimension check that follows)
-        return 1.0 / math.sqrt(d) if d > 0 else 1.0
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
-        raise TypeError(f"scale must be a finite real number or None, got {scale!r}")
-    return float(scale)
-
-
-def _check_window(window):
-    if window is None:
-        return (-1, -1)
-    try:
-        left, right = window
-        left, right = (int(w) if isinstance(w, numbers.Integral) and not isinstance(w, bool)
-                       else None for w in (left, right))
-    except (TypeError, ValueError):
-        left = right = None
-    if left is None or right is None:
-        raise TypeError(f"window must be None or a pair of ints (left, right), got {window!r}")
-    return (max(left, -1), max(right, -1))
-
-
-def _check_splits(num_splits):
-    if num_splits is None:
-        return None
-    if isinstance(num_splits, bool) or not isinstance(num_splits, numbers.Integral):
-        raise TypeError(f"num_splits must be an integer or None, got {num_splits!r}")
-    if num_splits < 1:
-        raise ValueError(f"num_splits must be >= 1, got {num_splits}")
-    return int(num_splits)
-
-
-def _check_qkv(q, k, v):
-    ds = _describe_all({"q": q, "k": k, "v": v}, DTYPES)
-    dq, dk, dv = ds["q"], ds["k"], ds["v"]
-    if not dq.dtype == dk.dtype == dv.dtype:
-        raise TypeError(f"q, k and v must have one dtype, got {dq.dtype}, {dk.dtype} and {dv.dtype}")
-    qs, ks, vs = dq.shape, dk.shape, dv.shape
-    if len(qs) < 2 or len(ks) != len(qs) or len(vs) != len(qs):
-        raise ValueError(f"q, k and v need the same rank >= 2 (..., S, D), got shapes "
-                         f"q {qs}, k {ks}, v {vs}")
-    if ks[:-2] != vs[:-2]:
-        raise ValueError(f"k {ks} and v {vs} must have the same leading dimensions")
-    if qs[:-3] != ks[:-3] or (len(qs) >= 3 and (qs[-3] % ks[-3] if ks[-3] else qs[-3])):
-        raise ValueError(f"q {qs} and k {ks} must have the same leading dimensions, except that "
-                         f"k/v may have fewer heads (axis -3) dividing q's (grouped-query attention)")
-    if qs[-1] != ks[-1]:
-        raise ValueError(f"q {qs} and k {ks} must have the same head dimension (last axis)")
-    if ks[-2] != vs[-2]:
-        raise ValueError(f"k {ks} and v {vs} must have the same number of keys (axis -2)")
-    return dq, dk, dv
-
-
-def _check_out(out, dq, dtype, shape, inputs):
-    d = kinds.describe(out)
-    if d.kind != dq.kind:
-        raise TypeError(f"out must be the same kind of array as the inputs ({dq.kind}), got {d.kind}")
-    if d.dtype != dtype:
-        raise TypeError(f"out has dtype {d.dtype}; the result has dtype {dtype}")
-    if tuple(d.shape) != tuple(shape):
-        raise ValueError(f"out has shape {tuple(d.shape)}; the result has shape {tuple(shape)}")
-    if not d.on_host and layout.overlaps_itself(d.shape, d.strides):
-        raise ValueError("out has elements that share memory (a zero or interleaved stride); "
-                         "it cannot be written")
-    return d
 
 
 def _overlaps_any(d, inputs):
@@ -183,18 +83,19 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
     if plan is not None:
         return plan((q, k, v, out), stream, ptrs)
 
-    dq, dk, dv = _check_qkv(q, k, v)
-    causal = _check_flag(causal, "causal")
-    return_lse = _check_flag(return_lse, "return_lse")
-    window = _check_window(window)
-    splits = _check_splits(num_splits)
+    seen = plans.seen(plan_key, ptrs, 4)  # what the look-up read: each array described once
+    dq, dk, dv = checks.qkv(q, k, v, seen[:3])
+    causal = checks.flag(causal, "causal")
+    return_lse = checks.flag(return_lse, "return_lse")
+    window = checks.window(window)
+    splits = checks.num_splits(num_splits)
     *lead, sq, d = dq.shape
     sk, d_v = dk.shape[-2], dv.shape[-1]
-    scale = _check_scale(scale, d)
-    kernel = _kernel_for(dq.dtype, scale)
+    scale = checks.scale(scale, d)
+    kernel = kernel_for(dq.dtype, scale)
     kernel.check_head_dims(d, d_v)
     o_shape, lse_shape = tuple(lead) + (sq, d_v), tuple(lead) + (sq,)
-    target = _check_out(out, dq, dq.dtype, o_shape, (dq, dk, dv)) if out is not None else None
+    target = checks.out(out, dq, dq.dtype, o_shape, seen[3]) if out is not None else None
     kind = dq.kind
 
     if math.prod(lead) * sq == 0 or sk == 0:  # nothing to attend to: no kernel
@@ -203,7 +104,7 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
         o = _fill(target, o, stream) if target is not None else o
         return (o, lse) if return_lse else o
 
-    with plans.Recorder(plan_key, (q, k, v, out), stream) as rec:
+    with plans.Recorder(plan_key, (q, k, v, out), stream, (dq, dk, dv, target)) as rec:
         q4, k4, v4 = (heads.view(x, 2, stream) for x in (dq, dk, dv))
         o4 = None
         if target is not None and not _overlaps_any(target, (dq, dk, dv)):
@@ -211,7 +112,7 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
         o_buf = None
         if o4 is None:
             o_buf, o4 = heads.output(kind, o_shape, dq.dtype, q, 2, stream)
-        lse_bufs, lse4 = lse_output(kind, lse_shape, q, return_lse, stream)
+        lse_bufs, lse4 = heads.lse_output(kind, lse_shape, q, return_lse, stream)
         small = plans.simulator_enabled()
         if splits is None and not _decode.few_rows(q4, k4):
             splits = 1  # chosen: enough query tiles to fill the device, one pass
@@ -224,11 +125,11 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
         if target is not None and o_buf is not None:
             _fill(target, kinds.to_user(kind, o_buf, stream, dq.dtype), stream)
         if o_buf is None or target is not None:
-            return rec.done(_LseOnly(kind), *lse_bufs, out=out)
-        return rec.done(_OAndLse(kind, dq.dtype), o_buf, *lse_bufs)
+            return rec.done(heads.LseOnly(kind), *lse_bufs, out=out)
+        return rec.done(heads.Result(kind, dq.dtype), o_buf, *lse_bufs)
 
 
-def _kernel_for(dtype, scale):
+def kernel_for(dtype, scale):
     """float16 / bfloat16 run on tensor cores (:mod:`.kernels.attention.attention_tc`); float32 on
     CUDA cores (:mod:`.kernels.attention.attention`), exact in float32 — as does a zero scale, which
     the tensor-core kernel's scaled-exponent form cannot take."""
@@ -240,44 +141,9 @@ def _fill(target, result, stream):
     if target.on_host:
         np.copyto(target.obj, result)
         return target.obj
-    from .arrays import layout
-
     src = kinds.describe(result, target.kind)
     layout.device_copy(src, src.shape, src.strides, target, target.strides, stream)
     return target.obj
-
-
-def lse_output(kind, shape, like, return_lse, stream):
-    """LSE's (buffers to hand back, (B, H, S) device view): a new array when the caller
-    asked for it, else per-stream scratch that outlives the call — the kernels write LSE
-    either way, and a PyTorch allocation is ~3 µs of a call that should cost ~20."""
-    if return_lse:
-        buf, dev = heads.output(kind, shape, F32, like, 1, stream)
-        return (buf,), dev
-    return (), launcher.scratch(layout.heads_shape(tuple(shape), 1), F32, stream, "attention lse")
-
-
-class _OAndLse:
-    """The result of a call without ``out=``: O (and LSE, when its buffer is given) in
-    the user's kind."""
-
-    def __init__(self, kind, dtype):
-        self.kind, self.dtype = kind, dtype
-
-    def __call__(self, o_buf, *lse_buf, out=None, stream=0):
-        o = kinds.to_user(self.kind, o_buf, stream, self.dtype)
-        return (o, kinds.to_user(self.kind, lse_buf[0], stream)) if lse_buf else o
-
-
-class _LseOnly:
-    """The result of a call with ``out=``: ``out`` (already written), and LSE when its
-    buffer is given."""
-
-    def __init__(self, kind):
-        self.kind = kind
-
-    def __call__(self, *lse_buf, out=None, stream=0):
-        return (out, kinds.to_user(self.kind, lse_buf[0], stream)) if lse_buf else out
 
 
 def merge_attention(o_a, lse_a, o_b, lse_b, *, stream=None):
@@ -298,27 +164,19 @@ def merge_attention(o_a, lse_a, o_b, lse_b, *, stream=None):
                                         stream)
     if plan is not None:
         return plan((o_a, lse_a, o_b, lse_b, None), stream, ptrs)
-    ds = _describe_all({"o_a": o_a, "lse_a": lse_a, "o_b": o_b, "lse_b": lse_b},
-                       {"o_a": DTYPES, "o_b": DTYPES, "lse_a": LSE_DTYPES, "lse_b": LSE_DTYPES})
-    da, db = ds["o_a"], ds["o_b"]
-    if db.dtype != da.dtype:
-        raise TypeError(f"o_a and o_b must have one dtype, got {da.dtype} and {db.dtype}")
-    sa, sb = da.shape, db.shape
-    if len(sa) < 2 or sa != sb:
-        raise ValueError(f"o_a {sa} and o_b {sb} must have one shape (..., S, Dv)")
-    for name in ("lse_a", "lse_b"):
-        if ds[name].shape != sa[:-1]:
-            raise ValueError(f"{name} has shape {ds[name].shape}; with o_a {sa} it must be {sa[:-1]}")
+    ds = checks.merge_pair(o_a, lse_a, o_b, lse_b, plans.seen(plan_key, ptrs, 4))
+    da, sa = ds["o_a"], ds["o_a"].shape
     kind = da.kind
     if math.prod(sa[:-1]) == 0:
         o = kinds.full(kind, sa, 0.0, da.dtype, like=o_a)
         return o, kinds.full(kind, sa[:-1], -np.inf, F32, like=o_a)
 
-    with plans.Recorder(plan_key, (o_a, lse_a, o_b, lse_b, None), stream) as rec:
+    described = tuple(ds[n] for n in ("o_a", "lse_a", "o_b", "lse_b")) + (None,)
+    with plans.Recorder(plan_key, (o_a, lse_a, o_b, lse_b, None), stream, described) as rec:
         oa4, ob4 = (heads.view(ds[n], 2, stream) for n in ("o_a", "o_b"))
         la3, lb3 = (heads.view(ds[n], 1, stream) for n in ("lse_a", "lse_b"))
         o_buf, o4 = heads.output(kind, sa, da.dtype, o_a, 2, stream)
         lse_buf, lse3 = heads.output(kind, sa[:-1], F32, o_a, 1, stream)
         _merge.merge_pair_launch(oa4, la3, ob4, lb3, o4, lse3, stream=stream,
                                   small=plans.simulator_enabled())
-        return rec.done(_OAndLse(kind, da.dtype), o_buf, lse_buf)
+        return rec.done(heads.Result(kind, da.dtype), o_buf, lse_buf)

@@ -1,9 +1,9 @@
 """The public backward API: the gradients of softmax, log_softmax and attention.
 
-Each call: validate → views (the (rows, n) or (B, H, S, D) device arrays the kernels read,
-built by :mod:`.arrays` and the helpers of ``numba_softmax/attention.py``) → kernel
-launch → give back, as the kind of array that came in (NumPy in → NumPy out; CuPy,
-PyTorch CUDA tensors and Numba device arrays → the same kind, on the same device).
+Each call: validate (:mod:`.checks`) → views (the (rows, n) or (B, H, S, D) device
+arrays the kernels read, built by :mod:`.arrays`) → kernel launch → give back, as the
+kind of array that came in (NumPy in → NumPy out; CuPy, PyTorch CUDA tensors and Numba
+device arrays → the same kind, on the same device).
 Inputs are never written.
 """
 
@@ -11,10 +11,9 @@ import math
 
 import numpy as np
 
-from . import plans
+from . import checks, plans
 from .arrays import heads, kinds
 from .arrays.rows import Finish, Out, Rows, check_alias
-from .attention import _check_flag, _check_scale, _check_window, _describe_all
 from .kernels.backward import attention_backward as _attention_kernel
 from .kernels.backward import attention_backward_tc as _tensor_cores
 from .kernels.backward import softmax_backward_launch as _rows_kernel
@@ -28,7 +27,8 @@ def _rows_backward(mode, dy, y, axis, out, stream):
     plan_key, plan, ptrs = plans.lookup(("rows_backward", mode, axis), (dy, y, out), stream)
     if plan is not None:
         return plan((dy, y, out), stream, ptrs)
-    g_rows, y_rows = Rows(dy, axis, "dy"), Rows(y, axis, "y")
+    seen = plans.seen(plan_key, ptrs, 3)  # what the look-up read: each array described once
+    g_rows, y_rows = Rows(dy, axis, "dy", facts=seen[0]), Rows(y, axis, "y", facts=seen[1])
     if y_rows.kind != g_rows.kind:
         raise TypeError(f"dy and y must be the same kind of array, got {g_rows.kind} and {y_rows.kind}")
     if g_rows.dtype != y_rows.dtype:
@@ -37,14 +37,15 @@ def _rows_backward(mode, dy, y, axis, out, stream):
         raise ValueError(f"dy {g_rows.d.shape} and y {y_rows.d.shape} must have one shape")
     target = None
     if out is not None:  # out may be dy or y itself (in place), or apart from both
-        target = Out(out, g_rows, g_rows.d.shape)
+        target = Out(out, g_rows, g_rows.d.shape, facts=seen[2])
         check_alias(y_rows.d, target.d)
     finish = Finish(g_rows, True)
     if g_rows.empty:
         result = kinds.full(g_rows.kind, g_rows.d.shape, 0.0, g_rows.dtype, like=dy)
         return target.fill(result, stream) if target is not None else result
 
-    with plans.Recorder(plan_key, (dy, y, out), stream) as rec:
+    described = (g_rows.d, y_rows.d, target.d if target is not None else None)
+    with plans.Recorder(plan_key, (dy, y, out), stream, described) as rec:
         g_view, y_view = g_rows.view(stream), y_rows.view(stream)
         dx = target.rows_view(g_rows.rows, g_rows.n, g_rows.axis) if target else None
         buf = None
@@ -92,37 +93,6 @@ def log_softmax_backward(dy, y, axis=-1, *, out=None, stream=None):
     return _rows_backward(LOG_SOFTMAX, dy, y, axis, out, stream)
 
 
-def _check_attention(do, q, k, v, o, lse):
-    names = ("do", "q", "k", "v", "o")
-    ds = _describe_all(dict(zip(names, (do, q, k, v, o))) | {"lse": lse},
-                       {**{n: kinds.FLOATS for n in names}, "lse": kinds.FLOATS})
-    dtype = ds["q"].dtype
-    odd = [n for n in ("do", "k", "v", "o") if ds[n].dtype != dtype]
-    if odd:
-        raise TypeError(f"do, q, k, v and o must have one dtype; q has {dtype}, "
-                        + ", ".join(f"{n} {ds[n].dtype}" for n in odd))
-    shapes = {n: ds[n].shape for n in names}
-    qs, ks, vs = shapes["q"], shapes["k"], shapes["v"]
-    if len(qs) < 2 or any(len(s) != len(qs) for s in shapes.values()):
-        raise ValueError(f"do, q, k, v, o need one rank >= 2 (..., S, D), got {shapes}")
-    gqa = len(qs) >= 3 and ks[-3] != qs[-3]
-    if gqa:  # fewer K/V heads than query heads, a whole number of query heads each
-        lead_ok = qs[:-3] == ks[:-3] and ks[-3] > 0 and qs[-3] % ks[-3] == 0
-    else:
-        lead_ok = qs[:-2] == ks[:-2]
-    if not lead_ok or ks[:-2] != vs[:-2] or qs[-1] != ks[-1] or ks[-2] != vs[-2]:
-        raise ValueError(f"incompatible shapes q {qs}, k {ks}, v {vs}: q (..., Hq, Sq, D), k "
-                         f"(..., Hkv, Sk, D), v (..., Hkv, Sk, Dv) with Hq a multiple of Hkv")
-    o_shape = qs[:-1] + (vs[-1],)
-    for name in ("o", "do"):
-        if shapes[name] != o_shape:
-            raise ValueError(f"{name} has shape {shapes[name]}; with q {qs} and v {vs} it must "
-                             f"be {o_shape}")
-    if ds["lse"].shape != qs[:-1]:
-        raise ValueError(f"lse has shape {ds['lse'].shape}; with q {qs} it must be {qs[:-1]}")
-    return ds
-
-
 def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), scale=None,
                        stream=None):
     """The gradients (dQ, dK, dV) of O = attention(Q, K, V), FlashAttention-2 style.
@@ -156,21 +126,23 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), sc
                                         (do, q, k, v, o, lse, None), stream)
     if plan is not None:
         return plan((do, q, k, v, o, lse, None), stream, ptrs)
-    ds = _check_attention(do, q, k, v, o, lse)
-    causal = _check_flag(causal, "causal")
-    window = _check_window(window)
+    seen = plans.seen(plan_key, ptrs, 6)  # what the look-up read: each array described once
+    ds = checks.attention_grads(do, q, k, v, o, lse, seen)
+    causal = checks.flag(causal, "causal")
+    window = checks.window(window)
     dq_, kind, dtype = ds["q"], ds["q"].kind, ds["q"].dtype
     *lead, sq, d = dq_.shape
     sk, dv = ds["k"].shape[-2], ds["v"].shape[-1]
     if not (1 <= d <= _attention_kernel.MAX_HEAD_DIM and 1 <= dv <= _attention_kernel.MAX_HEAD_DIM):
         raise ValueError(f"head dimensions must be between 1 and {_attention_kernel.MAX_HEAD_DIM}, "
                          f"got D={d} (q, k) and Dv={dv} (v)")
-    scale = _check_scale(scale, d)
+    scale = checks.scale(scale, d)
     shapes = (dq_.shape, ds["k"].shape, ds["v"].shape)
     if math.prod(lead) * sq * sk == 0:  # no query, or no key: every gradient is 0
         return tuple(kinds.full(kind, s, 0.0, dtype, like=q) for s in shapes)
 
-    with plans.Recorder(plan_key, (do, q, k, v, o, lse, None), stream) as rec:
+    described = tuple(ds[n] for n in ("do", "q", "k", "v", "o", "lse")) + (None,)
+    with plans.Recorder(plan_key, (do, q, k, v, o, lse, None), stream, described) as rec:
         do4, q4, k4, v4, o4 = (heads.view(ds[n], 2, stream) for n in ("do", "q", "k", "v", "o"))
         lse3 = heads.view(ds["lse"], 1, stream)
         outs = [heads.output(kind, s, dtype, q, 2, stream) for s in shapes]

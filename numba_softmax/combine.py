@@ -114,7 +114,7 @@ def lse(m, l):
 
 
 # --- device twins: the same source, compiled by numba.cuda for every kernel -----------
-def _device_twin(fn, **device_helpers):
+def device_twin(fn, **device_helpers):
     """Compile ``fn``'s own code object for the device, with the helpers it calls bound
     to *their* device twins (a device function can only call device functions)."""
     scope = {**fn.__globals__, **device_helpers}
@@ -122,10 +122,10 @@ def _device_twin(fn, **device_helpers):
     return cuda.jit(device=True, fastmath=FASTMATH)(clone)
 
 
-weight_device = _device_twin(weight)
-larger_device = _device_twin(larger)
-combine_device = _device_twin(combine, weight=weight_device, larger=larger_device)
-lse_device = _device_twin(lse)
+weight_device = device_twin(weight)
+larger_device = device_twin(larger)
+combine_device = device_twin(combine, weight=weight_device, larger=larger_device)
+lse_device = device_twin(lse)
 
 
 # --- vectorised twins for the NumPy references (tests prove them equal to the above) --
@@ -238,10 +238,10 @@ def combine_topk(m_a, l_a, values_a, indices_a, m_b, l_b, values_b, indices_b, v
     return combine(m_a, l_a, m_b, l_b)
 
 
-precedes_device = _device_twin(precedes)
-rank_device = _device_twin(rank, precedes=precedes_device)
-offer_device = _device_twin(offer, precedes=precedes_device)
-combine_topk_device = _device_twin(combine_topk, rank=rank_device, combine=combine_device)
+precedes_device = device_twin(precedes)
+rank_device = device_twin(rank, precedes=precedes_device)
+offer_device = device_twin(offer, precedes=precedes_device)
+combine_topk_device = device_twin(combine_topk, rank=rank_device, combine=combine_device)
 
 
 def topk_state_np(u, k, start=0):

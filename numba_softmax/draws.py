@@ -28,7 +28,7 @@ import math
 import numba
 
 from .runtime.sim import simulator_enabled
-from .combine import _device_twin, weight, weight_device
+from .combine import device_twin, weight, weight_device
 
 __all__ = ["MASK64", "row_key", "bits", "uniform", "gumbel", "draw"]
 
@@ -114,17 +114,17 @@ def draw(values, start, k, top_p, u):
 # On the GPU the words are uint64 (wrapping, the masks vanish); the simulator keeps Python
 # integers, whose products NumPy's uint64 scalars would flag as overflows.
 _word_device = word if simulator_enabled() else numba.uint64
-mix64_device = _device_twin(mix64, word=_word_device)
-row_key_device = _device_twin(row_key, word=_word_device, mix64=mix64_device)
-bits_device = _device_twin(bits, word=_word_device, mix64=mix64_device)
-uniform_device = _device_twin(uniform, word=_word_device, bits=bits_device)
+mix64_device = device_twin(mix64, word=_word_device)
+row_key_device = device_twin(row_key, word=_word_device, mix64=mix64_device)
+bits_device = device_twin(bits, word=_word_device, mix64=mix64_device)
+uniform_device = device_twin(uniform, word=_word_device, bits=bits_device)
 
 
 def gumbel_device(acc):
     """The device twin of :func:`gumbel` computing in ``acc`` (float32 or float64)."""
-    return _gumbel_twins.setdefault(acc, _device_twin(gumbel, word=_word_device, bits=bits_device,
+    return _gumbel_twins.setdefault(acc, device_twin(gumbel, word=_word_device, bits=bits_device,
                                                       real=acc))
 
 
 _gumbel_twins = {}
-draw_device = _device_twin(draw, weight=weight_device)
+draw_device = device_twin(draw, weight=weight_device)

@@ -13,29 +13,26 @@ kernel (:mod:`.kernels.attention.attention` / :mod:`.kernels.attention.attention
 :mod:`.kernels.decode.paged`, :mod:`.kernels.decode.append`) → results in the caller's kind.
 """
 
-import numbers
-
 import numpy as np
 
-from . import plans
+from . import checks, plans
 from .arrays import heads, kinds, layout
 from .arrays.rows import check_dtype
-from .attention import (DTYPES, F32, _OAndLse, _check_flag, _check_scale, _check_splits,
-                        _check_window, _describe_all, _kernel_for, _named, lse_output)
+from .attention import kernel_for
 from .kernels.decode import append as _append
 from .kernels.decode import paged as _paged
 from .kernels.decode import table_check as _table_check
 
 __all__ = ["attention_varlen", "paged_attention", "append_kv"]
+F32 = np.dtype(np.float32)
 I32 = np.dtype(np.int32)
 
 
-def _ints(x, name, stream):
-    """An int32 index array (shapes checked by the caller) as a device view."""
-    d = kinds.describe(x)
+def _ints(d, name, stream):
+    """A described int32 index array (shapes checked by the caller) as a device view."""
     check_dtype(d, name, (I32,))
     if d.on_host:
-        return kinds.to_device(np.ascontiguousarray(x), stream)
+        return kinds.to_device(np.ascontiguousarray(d.obj), stream)
     if min(d.strides or (0,)) < 0 or layout.fold_rows(d.shape + (1,), d.strides + (1,), d.ndim) is None:
         raise ValueError(f"{name} must be a plain (non-negative stride) array")
     return kinds.view_of(d)
@@ -55,16 +52,6 @@ def _packed(d, stream):
     return kinds.view_of(d, (1, h, total, e), (0, st[1], st[0], st[2]))
 
 
-def _check_offsets(x, total, name):
-    """The offsets ``x`` (an int32 array of any kind) as int64 NumPy, checked."""
-    check_dtype(_named(x, name), name, (I32,))
-    cu = np.asarray(kinds.to_numpy(x), np.int64)
-    if cu.ndim != 1 or cu.size < 2 or cu[0] != 0 or (np.diff(cu) < 0).any() or cu[-1] > total:
-        raise ValueError(f"{name} must be non-decreasing offsets from 0 to at most {total} "
-                         f"(B + 1 values), got {cu.tolist()[:8]}{'…' if cu.size > 8 else ''}")
-    return cu
-
-
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None,
                      *, causal=False, window=None, scale=None, return_lse=False, stream=None):
     """Attention over a packed batch of sequences of different lengths.
@@ -80,31 +67,18 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     ``return_lse`` LSE (Hq, total_q) float32 (flash-attn's layout).
     """
     stream = kinds.as_stream(stream)
-    ds = _describe_all({"q": q, "k": k, "v": v}, DTYPES)
-    dq, dk, dv = ds["q"], ds["k"], ds["v"]
-    if dq.ndim != 3 or dk.ndim != 3 or dv.ndim != 3:
-        raise ValueError(f"q, k, v are packed (total, H, D), got q {dq.shape}, k {dk.shape}, v {dv.shape}")
-    if not dq.dtype == dk.dtype == dv.dtype:
-        raise TypeError(f"q, k and v must have one dtype, got {dq.dtype}, {dk.dtype} and {dv.dtype}")
-    (tq, hq, d), (tk, hkv, _), (_, _, d_v) = dq.shape, dk.shape, dv.shape
-    if dk.shape[:2] != dv.shape[:2] or dk.shape[2] != d or hkv < 1 or hq % hkv:
-        raise ValueError(f"q {dq.shape}, k {dk.shape}, v {dv.shape}: k and v need one (total_k, "
-                         f"Hkv), Hkv dividing q's heads, and q's head dimension")
-    causal, return_lse = _check_flag(causal, "causal"), _check_flag(return_lse, "return_lse")
-    window, scale = _check_window(window), _check_scale(scale, d)
-    cu_q = _check_offsets(cu_seqlens_q, tq, "cu_seqlens_q")
-    cu_k = _check_offsets(cu_seqlens_k, tk, "cu_seqlens_k")
+    dq, dk, dv = checks.packed_qkv(q, k, v)
+    (tq, hq, d), (tk, _, _), (_, _, d_v) = dq.shape, dk.shape, dv.shape
+    causal, return_lse = checks.flag(causal, "causal"), checks.flag(return_lse, "return_lse")
+    window, scale = checks.window(window), checks.scale(scale, d)
+    dcu_q, cu_q = checks.offsets(cu_seqlens_q, tq, "cu_seqlens_q")
+    dcu_k, cu_k = checks.offsets(cu_seqlens_k, tk, "cu_seqlens_k")
     if cu_q.size != cu_k.size:
         raise ValueError(f"cu_seqlens_q and cu_seqlens_k need one batch, got {cu_q.size - 1} and {cu_k.size - 1}")
     longest_q, longest_k = int(np.diff(cu_q).max()), int(np.diff(cu_k).max())
-    for given, longest, name in ((max_seqlen_q, longest_q, "max_seqlen_q"), (max_seqlen_k, longest_k, "max_seqlen_k")):
-        if given is None:
-            continue
-        if isinstance(given, bool) or not isinstance(given, numbers.Integral):
-            raise TypeError(f"{name} must be an integer or None, got {given!r}")
-        if given < longest:
-            raise ValueError(f"{name} = {given} but a sequence has {longest}")
-    kernel = _kernel_for(dq.dtype, scale)
+    checks.max_seqlen(max_seqlen_q, longest_q, "max_seqlen_q")
+    checks.max_seqlen(max_seqlen_k, longest_k, "max_seqlen_k")
+    kernel = kernel_for(dq.dtype, scale)
     kernel.check_head_dims(d, d_v)
     kind = dq.kind
     if cu_q[-1] < tq:  # rows of no sequence (padding): O = 0, LSE = −inf, as the reference
@@ -118,8 +92,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
         q4, k4, v4 = (_packed(x, stream) for x in (dq, dk, dv))
         o4 = kinds.view_of(kinds.describe(o_buf), (1, hq, tq, d_v), (0, d_v, hq * d_v, 1))
         lse3 = kinds.view_of(kinds.describe(lse_buf), (1, hq, tq), (0, tq, 1))
-        cq = _ints(cu_seqlens_q, "cu_seqlens_q", stream)
-        ck = _ints(cu_seqlens_k, "cu_seqlens_k", stream)
+        cq = _ints(dcu_q, "cu_seqlens_q", stream)
+        ck = _ints(dcu_k, "cu_seqlens_k", stream)
         kernel.launch(q4, k4, v4, o4, lse3, causal=causal, window=window, scale=scale,
                       cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=max(longest_q, 1),
                       stream=stream, small=plans.simulator_enabled())
@@ -142,23 +116,23 @@ def _cache_views(named, stream):
     return out
 
 
-def _tables(block_table, cache_seqlens, n_blocks, block_size, batch, stream, new_tokens=0,
-            check=True, queue=False):
-    """Device views of the block table and lengths, checked (:func:`.kernels.decode.paged.check_tables`:
-    NumPy tables on the host before they are copied, device ones by a kernel).  ``queue``:
-    a device table's check is only queued on ``stream`` (:func:`.kernels.decode.table_check.launch`,
-    under its lock) for the caller to read after its own launch; the third value says
-    whether it was."""
-    on_host = all(kinds.describe(x).on_host for x in (block_table, cache_seqlens))
+def _tables(dtable, dlens, n_blocks, block_size, batch, stream, new_tokens=0, check=True,
+            queue=False):
+    """Device views of the (described) block table and lengths, checked
+    (:func:`.checks.tables`: NumPy tables on the host before they are copied, device ones
+    by a kernel).  ``queue``: a device table's check is only queued on ``stream``
+    (:func:`.kernels.decode.table_check.launch`, under its lock) for the caller to read
+    after its own launch; the third value says whether it was."""
+    on_host = dtable.on_host and dlens.on_host
     if on_host:
-        _paged.check_tables(np.asarray(block_table), np.asarray(cache_seqlens), n_blocks,
-                            block_size, batch=batch, new_tokens=new_tokens, entries=check)
-    table = _ints(block_table, "block_table", stream)
-    seqlens = _ints(cache_seqlens, "cache_seqlens", stream)
+        checks.tables(np.asarray(dtable.obj), np.asarray(dlens.obj), n_blocks, block_size,
+                      batch=batch, new_tokens=new_tokens, entries=check)
+    table = _ints(dtable, "block_table", stream)
+    seqlens = _ints(dlens, "cache_seqlens", stream)
     queued = check and queue and not on_host and batch > 0
     if not on_host:
-        _paged.check_tables(table, seqlens, n_blocks, block_size, batch=batch,
-                            new_tokens=new_tokens, stream=stream, entries=check and not queue)
+        checks.tables(table, seqlens, n_blocks, block_size, batch=batch,
+                      new_tokens=new_tokens, stream=stream, entries=check and not queue)
     if queued:
         _table_check.launch(table, seqlens, n_blocks, block_size, new_tokens, stream)
     return table, seqlens, queued
@@ -186,7 +160,7 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=F
     result, not an error.
     """
     stream = kinds.as_stream(stream)
-    check = _check_flag(check, "check")
+    check = checks.flag(check, "check")
     arrays = (q, k_cache, v_cache, block_table, cache_seqlens, None)  # None: no out=
     plan_key, plan, ptrs = plans.lookup(("paged_attention", causal, window, scale, return_lse,
                                          num_splits, check), arrays, stream)
@@ -196,36 +170,41 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=F
         with _table_check.LOCK:  # the plan queues the tables' check, then the attention
             result = plan(arrays, stream, ptrs)
             found = _table_check.read(stream)  # the tables' contents are new data
-        _paged.refuse(found, block_table.shape, *k_cache.shape[:2])
+        checks.refuse_tables(found, block_table.shape, *k_cache.shape[:2])
         return result
-    ds = _describe_all({"q": q, "k_cache": k_cache, "v_cache": v_cache}, DTYPES)
-    if not ds["q"].dtype == ds["k_cache"].dtype == ds["v_cache"].dtype:
+    seen = plans.seen(plan_key, ptrs, 5)  # what the look-up read: each array described once
+    ds = checks.described_all({"q": q, "k_cache": k_cache, "v_cache": v_cache},
+                              checks.ATTENTION_DTYPES, seen[:3])
+    dq, dk, dv = ds["q"], ds["k_cache"], ds["v_cache"]
+    if not dq.dtype == dk.dtype == dv.dtype:
         raise TypeError("q, k_cache and v_cache must have one dtype")
-    _named(block_table, "block_table"), _named(cache_seqlens, "cache_seqlens")
-    _paged.check_shapes(q, k_cache, v_cache, block_table, cache_seqlens)
-    causal, return_lse = _check_flag(causal, "causal"), _check_flag(return_lse, "return_lse")
-    window, splits = _check_window(window), _check_splits(num_splits)
-    n_blocks, block_size = ds["k_cache"].shape[:2]
-    b, hq, sq, d = ds["q"].shape
-    d_v = ds["v_cache"].shape[3]
-    scale = _check_scale(scale, d)
-    kind, dtype = ds["q"].kind, ds["q"].dtype
-    with _table_check.LOCK, plans.Recorder(plan_key, arrays, stream) as rec:
+    dtable = checks.described(block_table, "block_table", seen[3])
+    dlens = checks.described(cache_seqlens, "cache_seqlens", seen[4])
+    _paged.check_shapes(dq, dk, dv, dtable, dlens)
+    causal, return_lse = checks.flag(causal, "causal"), checks.flag(return_lse, "return_lse")
+    window, splits = checks.window(window), checks.num_splits(num_splits)
+    n_blocks, block_size = dk.shape[:2]
+    b, hq, sq, d = dq.shape
+    d_v = dv.shape[3]
+    scale = checks.scale(scale, d)
+    kind, dtype = dq.kind, dq.dtype
+    described = (dq, dk, dv, dtable, dlens, None)
+    with _table_check.LOCK, plans.Recorder(plan_key, arrays, stream, described) as rec:
         o_buf, o4 = heads.output(kind, (b, hq, sq, d_v), dtype, q, 2, stream)
-        lse_bufs, lse3 = lse_output(kind, (b, hq, sq), q, return_lse, stream)
+        lse_bufs, lse3 = heads.lse_output(kind, (b, hq, sq), q, return_lse, stream)
         queued = False
         if b and hq and sq:  # the tables: checked, or their check queued before the kernel
-            table, seqlens, queued = _tables(block_table, cache_seqlens, n_blocks,
-                                             block_size, b, stream, check=check, queue=True)
-            q4 = heads.view(ds["q"], 2, stream)
-            kc, vc = _cache_views([("k_cache", ds["k_cache"]), ("v_cache", ds["v_cache"])], stream)
+            table, seqlens, queued = _tables(dtable, dlens, n_blocks, block_size, b, stream,
+                                             check=check, queue=True)
+            q4 = heads.view(dq, 2, stream)
+            kc, vc = _cache_views([("k_cache", dk), ("v_cache", dv)], stream)
             _paged.launch(q4, kc, vc, table, seqlens, o4, lse3, causal=causal, window=window,
                           scale=scale, num_splits=splits, stream=stream,
                           small=plans.simulator_enabled())
-        result = rec.done(_OAndLse(kind, dtype), o_buf, *lse_bufs)
+        result = rec.done(heads.Result(kind, dtype), o_buf, *lse_bufs)
         found = _table_check.read(stream) if queued else None
     if found is not None:
-        _paged.refuse(found, tuple(block_table.shape), n_blocks, block_size)
+        checks.refuse_tables(found, dtable.shape, n_blocks, block_size)
     return result
 
 
@@ -239,12 +218,15 @@ def append_kv(k_new, v_new, k_cache, v_cache, block_table, cache_seqlens, *, str
     the blocks for the new positions is a ``ValueError`` before anything is written."""
     stream = kinds.as_stream(stream)
     names = ("k_new", "v_new", "k_cache", "v_cache")
-    ds = _describe_all(dict(zip(names, (k_new, v_new, k_cache, v_cache))), DTYPES)
+    ds = checks.described_all(dict(zip(names, (k_new, v_new, k_cache, v_cache))),
+                              checks.ATTENTION_DTYPES)
     if ds["k_cache"].on_host:
         raise TypeError("append_kv writes the caches in place: pass CUDA arrays, not NumPy")
     dev = _cache_views([(n, ds[n]) for n in names], stream)
     n_blocks, block_size = ds["k_cache"].shape[:2]
-    table, seqlens, _ = _tables(block_table, cache_seqlens, n_blocks, block_size,
-                                ds["k_new"].shape[0], stream, new_tokens=ds["k_new"].shape[1])
+    dtable = checks.described(block_table, "block_table")
+    dlens = checks.described(cache_seqlens, "cache_seqlens")
+    table, seqlens, _ = _tables(dtable, dlens, n_blocks, block_size, ds["k_new"].shape[0],
+                                stream, new_tokens=ds["k_new"].shape[1])
     _append.launch(*dev, table, seqlens, stream=stream, small=plans.simulator_enabled())
     return k_cache, v_cache

@@ -1,9 +1,9 @@
 """Launch plans: record a call's launches once, replay them with new pointers.
 
 ``kernel[grid, block](x, y)`` types every argument, wraps it as a device array and looks
-the compiled kernel up on each call: ~25 µs of Python before the GPU sees anything, and
-the array handling above it adds more, while a softmax of one 1×1024 row is ~3 µs of GPU
-work.  So every public entry point asks this module first:
+the compiled kernel up on each call, and the array handling above it adds more: for a
+small call (a softmax of one 1×1024 row) that Python takes several times as long as the
+GPU work itself.  So every public entry point asks this module first:
 
 1. :func:`lookup` — the key, a tuple of everything that shaped the call: the function
    and its options, the stream, the current CUDA context, and for each array (inputs and
@@ -85,6 +85,16 @@ def lookup(tag, arrays, stream):
     return plan_key, find(plan_key), ptrs
 
 
+def seen(plan_key, ptrs, count):
+    """What :func:`lookup` read of each of a call's first ``count`` arrays — (layout key,
+    data pointer), or None where it read nothing — so that the ordinary path describes
+    the arrays from it (``facts`` of :func:`.arrays.kinds.describe`) instead of reading
+    them a second time."""
+    if plan_key is None:
+        return (None,) * count
+    return tuple(zip(plan_key[2:2 + count], ptrs))
+
+
 _EXTENTS = {}  # layout key -> [first, last] byte touched, relative to the data pointer
 
 
@@ -93,7 +103,7 @@ def _extent(a, layout, ptr):
     computed once)."""
     span = _EXTENTS.get(layout)
     if span is None:
-        lo, hi = kinds.describe(a).extent()
+        lo, hi = kinds.describe(a, facts=(layout, ptr)).extent()
         if len(_EXTENTS) >= 4 * MAX_PLANS:
             _EXTENTS.clear()
         span = _EXTENTS[layout] = (lo - ptr, hi - ptr)
@@ -151,13 +161,16 @@ class Plan:
 
 
 class Recorder:
-    """``with Recorder(key, arrays, stream) as rec:`` run the ordinary path, then
-    ``return rec.done(result_fn, *bufs, out=out)``: builds the result as
+    """``with Recorder(key, arrays, stream, described) as rec:`` run the ordinary path,
+    then ``return rec.done(result_fn, *bufs, out=out)``: builds the result as
     ``result_fn(*bufs, out=out, stream=stream)`` — a function of the new buffers alone,
-    which launches nothing — and, if the launches are replayable, keeps a plan."""
+    which launches nothing — and, if the launches are replayable, keeps a plan.
+    ``described``: the arrays' descriptions, as the call's checks made them (None for an
+    absent array), so that making the plan does not describe them again."""
 
-    def __init__(self, plan_key, arrays, stream):
+    def __init__(self, plan_key, arrays, stream, described=None):
         self.key, self.arrays, self.stream = plan_key, arrays, stream
+        self.described = described
 
     def __enter__(self):
         if self.key is not None:
@@ -197,7 +210,8 @@ class Recorder:
     def _plan(self, result_fn, bufs):
         if self.allocs.spoiled or not self.launches:
             return None
-        described = [None if a is None else kinds.describe(a) for a in self.arrays]
+        described = self.described or [None if a is None else kinds.describe(a)
+                                        for a in self.arrays]
         spans = [None if d is None else d.extent() for d in described]
         allocs = self.allocs.allocations
         alloc_spans = []

@@ -24,21 +24,24 @@ def _reduce(mode_name, x, axis, method, out, stream):
     if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}; got {method!r}")
     keep_axis = mode_name != "logsumexp"
-    rows = Rows(x, axis)
+    seen = plans.seen(plan_key, ptrs, 2)  # what the look-up read: each array described once
+    rows = Rows(x, axis, facts=seen[0])
     shape = rows.d.shape if keep_axis else (rows.lead_shape if rows.d.ndim else ())
-    target = Out(out, rows, shape, allow_in_place=keep_axis) if out is not None else None
+    target = (Out(out, rows, shape, allow_in_place=keep_axis, facts=seen[1])
+              if out is not None else None)
     finish = Finish(rows, keep_axis, n_out=None if keep_axis else 1)
     if rows.empty:  # an empty axis or no rows: nothing to launch
         result = kinds.full(rows.kind, shape, float("-inf"), rows.dtype, like=x)
         return target.fill(result, stream) if target is not None else result
 
-    with plans.Recorder(plan_key, (x, out), stream) as rec:
+    described = (rows.d, target.d if target is not None else None)
+    with plans.Recorder(plan_key, (x, out), stream, described) as rec:
         x_rows = rows.view(stream)
         n_out = rows.n if keep_axis else 1
         y = target.rows_view(rows.rows, n_out, rows.axis if keep_axis else None) if target else None
         buf = None
         if y is None:  # a new result buffer (or one copied into out= afterwards), made in
-            # the result's own shape: reshaping every result would cost a replay ~2 µs
+            # the result's own shape: a replay then hands it back without a reshape
             buf, y = kinds.empty(rows.kind, finish.moved or (rows.rows, n_out), rows.dtype,
                                  like=x, stream=stream)
             y = y.reshape(rows.rows, n_out)

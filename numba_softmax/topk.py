@@ -7,51 +7,15 @@ array that came in (NumPy in → NumPy out; CuPy, PyTorch CUDA tensors and Numba
 arrays → the same kind, on the same device).  Inputs are never modified.
 """
 
-import math
-import numbers
-import operator
-
 import numpy as np
 
-from . import plans
+from . import checks, plans
 from .arrays import kinds
 from .arrays.rows import Finish, Rows
 from .kernels.topk import sample as _sample
 from .kernels.topk import topk as _topk
 
 __all__ = ["softmax_topk", "sample"]
-
-
-def _integer(value, name):
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an integer, got a bool")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
-
-
-def _real(value, name):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    return float(value)
-
-
-def _temperature(value):
-    t = _real(value, "temperature")
-    if not (math.isfinite(t) and t > 0):
-        raise ValueError(f"temperature must be finite and > 0; got {t}")
-    return t
-
-
-def _k(value, n, name):
-    k = _integer(value, name)
-    if not 1 <= k <= n:
-        raise ValueError(f"{name} must be in 1 … {n} (the length of the axis); got {k}")
-    if k > _topk.MAX_K:
-        raise ValueError(f"{name} must be at most {_topk.MAX_K} (the fused top-k keeps the list "
-                         f"on chip); got {k}")
-    return k
 
 
 def softmax_topk(x, k, axis=-1, *, temperature=1.0, log=False, stream=None):
@@ -73,17 +37,17 @@ def softmax_topk(x, k, axis=-1, *, temperature=1.0, log=False, stream=None):
                                         stream)
     if plan is not None:
         return plan((x, None), stream, ptrs)
-    temperature = _temperature(temperature)
+    temperature = checks.temperature(temperature)
     if not isinstance(log, (bool, np.bool_)):
         raise TypeError(f"log must be a bool, got {type(log).__name__}")
-    rows = Rows(x, axis)
-    k = _k(k, rows.n, "k")
+    rows = Rows(x, axis, facts=plans.seen(plan_key, ptrs, 1)[0])
+    k = checks.top_k(k, rows.n, "k")
     fin_v, fin_i = Finish(rows, True, n_out=k), Finish(rows, True, n_out=k, dtype=np.dtype(np.int64))
     if rows.rows == 0:  # no rows: nothing to launch
         shape = rows.lead_shape[: rows.axis] + (k,) + rows.lead_shape[rows.axis:]
         return (kinds.full(rows.kind, shape, 0, rows.dtype, like=x),
                 kinds.full(rows.kind, shape, 0, np.dtype(np.int64), like=x))
-    with plans.Recorder(plan_key, (x, None), stream) as rec:
+    with plans.Recorder(plan_key, (x, None), stream, (rows.d, None)) as rec:
         view = rows.view(stream)
         v_buf, values = kinds.empty(rows.kind, (rows.rows, k), rows.dtype, like=x, stream=stream)
         i_buf, indices = kinds.empty(rows.kind, (rows.rows, k), np.dtype(np.int64), like=x,
@@ -122,23 +86,21 @@ def sample(logits, *, top_k=None, top_p=1.0, temperature=1.0, seed=0, axis=-1, s
                                         (logits, None), stream)
     if plan is not None:
         return plan((logits, None), stream, ptrs)
-    temperature = _temperature(temperature)
-    top_p = _real(top_p, "top_p")
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1]; got {top_p}")
-    seed = _integer(seed, "seed")
-    rows = Rows(logits, axis, "logits")
+    temperature = checks.temperature(temperature)
+    top_p = checks.top_p(top_p)
+    seed = checks.integer(seed, "seed")
+    rows = Rows(logits, axis, "logits", facts=plans.seen(plan_key, ptrs, 1)[0])
     if rows.n == 0:
         raise ValueError("logits: the axis to sample along is empty")
     if top_k is not None:
-        top_k = _k(top_k, rows.n, "top_k")
+        top_k = checks.top_k(top_k, rows.n, "top_k")
     elif top_p < 1:
         raise ValueError("top_p < 1 needs top_k (≤ 128): the nucleus is cut from the sorted "
                          "top-k list")
     finish = Finish(rows, False, n_out=1, dtype=np.dtype(np.int64))
     if rows.rows == 0:  # no rows
         return kinds.full(rows.kind, rows.lead_shape, 0, np.dtype(np.int64), like=logits)
-    with plans.Recorder(plan_key, (logits, None), stream) as rec:
+    with plans.Recorder(plan_key, (logits, None), stream, (rows.d, None)) as rec:
         view = rows.view(stream)
         buf, tokens = kinds.empty(rows.kind, (rows.rows, 1), np.dtype(np.int64), like=logits,
                                   stream=stream)

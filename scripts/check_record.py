@@ -44,7 +44,10 @@ def _code(source):
     return ast.dump(tree)
 
 
-SIMULATOR_TESTS = {"simulator_enabled()", "_cuda_config.ENABLE_CUDASIM", "config.ENABLE_CUDASIM"}
+# The ``if`` tests that switch to the simulator (``runtime/sim.py``'s simulator_enabled, as
+# imported or through its module, and Numba's flag).
+SIMULATOR_TESTS = {"simulator_enabled()", "sim.simulator_enabled()", "_cuda_config.ENABLE_CUDASIM",
+                   "config.ENABLE_CUDASIM"}
 
 
 def _imports_of(name, tree):

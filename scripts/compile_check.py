@@ -126,7 +126,7 @@ HALF = ("f16", "bf16")
 
 def _softmax():
     """The row kernels of kernels.softmax.methods (v1–v7): x, y (rows, n) of the storage dtype;
-    y is (rows, 1) for logsumexp.  Shapes are those of scripts/gpu/softmax_ab.py."""
+    y is (rows, 1) for logsumexp.  Shapes are those of scripts/experiments/softmax_ab.py."""
     out = []
 
     def rows(d, layout=C):

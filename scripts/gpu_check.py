@@ -1,24 +1,28 @@
 #!/usr/bin/env python
 """The one way this project is checked on a GPU, and the record it leaves.
 
-    python scripts/gpu_check.py --out DIR [--git-hash HASH]        # everything, ~8 min (H100)
+    python scripts/gpu_check.py --out DIR [--git-hash HASH]        # everything, in one command
     python scripts/gpu_check.py --only suite,fuzz --fuzz-shards 2    # a part
-    python scripts/gpu_check.py --skip-timed --fuzz-first-seed 6 \
+    python scripts/gpu_check.py --skip-timed --fuzz-first-seed 8 \
         --merge docs/benchmarks/gpu-check-<device>.json              # the check in two parts
     python scripts/gpu_check.py --only suite-as --as a100,ada        # the suite as older GPUs
 
-On a device lent 10 minutes a command, in four parts, each merging the one before (H200,
-2026-11-27: the first and the last took 340 and 425 s; ten fuzz shards beside the four
-sanitizers, as one command, 586 s — too close to the limit, hence two)::
+On a device lent 10 minutes a command, in two parts, the second merging the first.  On
+an H200 the first part took 336–352 s.  The second runs its twelve jobs at once — 8 fuzz
+shards of 1300 cases (10,400 in all) and the four sanitizers; run beside one another,
+shards and sanitizers have taken 240–330 s each, where ten shards and four sanitizers
+through twelve workers took 586 s (the two queued jobs waited for the first to end; hence
+``--workers``' default, every job at once)::
 
     python scripts/gpu_check.py --out A --git-hash H --only suite,reliability,examples \
-        --skip-timed --suite-workers 12
-    python scripts/gpu_check.py --out B --git-hash H --only fuzz --fuzz-shards 10 \
-        --skip-timed --merge A/gpu-check-<device>.json
-    python scripts/gpu_check.py --out C --git-hash H --only sanitize --skip-timed \
-        --merge B/gpu-check-<device>.json
-    python scripts/gpu_check.py --out D --git-hash H --only suite-as --as a100,ada \
-        --suite-workers 8 --limit 520 --merge C/gpu-check-<device>.json
+        --skip-timed --suite-workers 12 --limit 400
+    python scripts/gpu_check.py --out B --git-hash H --only fuzz,sanitize --fuzz-shards 8 \
+        --skip-timed --limit 480 --merge A/gpu-check-<device>.json
+
+and, when there is time for it, the suite with older GPUs' launch limits (≈ 430 s)::
+
+    python scripts/gpu_check.py --out C --git-hash H --only suite-as --as a100,ada \
+        --suite-workers 8 --limit 520 --merge B/gpu-check-<device>.json
 
 Phase 1 — correctness, in parallel processes (they may share the GPU: nothing is timed):
 the test suite under the ``gpu`` Hypothesis profile (everything but the jobs below),
@@ -247,14 +251,21 @@ def merged(env, results, earlier):
     return results + kept
 
 
-def main(argv=None):
+# Hypothesis test runs of tests/test_fuzz.py on a GPU with CuPy and PyTorch (its parametrised
+# tests counted once a parameter): 1300 cases a shard at 100 examples a test in the record.
+FUZZ_TESTS_ON_GPU = 13
+
+
+def parser():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(ROOT / "build" / "gpu-check"), help="logs and the record")
     p.add_argument("--git-hash", default=os.environ.get("GIT_HASH"), help="the tree's commit")
     p.add_argument("--only", help="comma-separated job name prefixes (default: all)")
-    p.add_argument("--fuzz-shards", type=int, default=6,
-                   help="fuzz processes, one seed each (default 6: with 100 examples each, 1300 cases a shard on a GPU with CuPy and PyTorch, 7800 in all)")
-    p.add_argument("--fuzz-examples", type=int, default=100, help="per fuzz test per shard")
+    p.add_argument("--fuzz-shards", type=int, default=8,
+                   help="fuzz processes, one seed each (default 8: at 100 examples a test, 1300 "
+                        "cases a shard on a GPU with CuPy and PyTorch, 10,400 in all)")
+    p.add_argument("--fuzz-examples", type=int, default=100,
+                   help="Hypothesis examples per fuzz test per shard (default 100)")
     p.add_argument("--suite-workers", type=int, default=6,
                    help="pytest-xdist workers of the suite job (more where it runs beside few jobs: "
                    "--only suite,reliability,examples)")
@@ -264,7 +275,9 @@ def main(argv=None):
                    help="comma-separated (a100, ada): also the suite with each one's launch limits")
     p.add_argument("--timed-limit", type=int, default=90, help="seconds per timed example")
     p.add_argument("--limit", type=int, default=380, help="seconds per phase-1 job")
-    p.add_argument("--workers", type=int, default=12)
+    p.add_argument("--workers", type=int, default=None,
+                   help="phase-1 jobs run at once (default: all of them; a job queued behind "
+                        "others adds its whole time to the run's)")
     p.add_argument("--skip-sanitizers", action="store_true")
     p.add_argument("--skip-timed", action="store_true")
     p.add_argument("--fuzz-first-seed", type=int, default=0,
@@ -273,7 +286,11 @@ def main(argv=None):
                    help="a record of an earlier run of the same package source: its jobs this run "
                         "did not run are kept (a check made in parts, e.g. on a device lent "
                         "10 minutes at a time); refused if the package source differs")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
     log_dir = Path(args.out)
     log_dir.mkdir(parents=True, exist_ok=True)
     if args.git_hash is None:
@@ -284,7 +301,7 @@ def main(argv=None):
     if args.only:
         keep = tuple(args.only.split(","))
         todo = [j for j in todo if j[0].startswith(keep)]
-    with ThreadPoolExecutor(max_workers=args.workers) as pool:  # phase 1: correctness
+    with ThreadPoolExecutor(max_workers=args.workers or max(1, len(todo))) as pool:  # phase 1: correctness
         results = list(pool.map(lambda j: run(j[0], j[1], log_dir, j[2], j[3]), todo))
     if not args.skip_timed and (not args.only or "timed" in args.only):
         for name in TIMED_EXAMPLES:  # phase 2: alone

@@ -81,3 +81,12 @@ def test_suite_workers_and_fuzz_shards_in_the_jobs():
     jobs = {name: (cmd, env) for name, cmd, _, env in gc.jobs(args, Path("/tmp"))}
     assert jobs["suite-as-ada"][0] == suite and jobs["suite-as-ada"][1]["NUMBA_SOFTMAX_TEST_AS"] == "ada"
     assert jobs["suite-as-a100"][1]["NUMBA_SOFTMAX_TEST_AS"] == "a100"
+
+
+def test_default_run_draws_ten_thousand_fuzz_cases_with_every_job_at_once():
+    gc = load()
+    args = gc.parser().parse_args([])
+    assert args.fuzz_shards * args.fuzz_examples * gc.FUZZ_TESTS_ON_GPU >= 10_000
+    assert args.workers is None  # no job waits for a worker (a queued one adds its whole time)
+    args = gc.parser().parse_args(["--fuzz-shards", "3", "--fuzz-examples", "7", "--workers", "2"])
+    assert (args.fuzz_shards, args.fuzz_examples, args.workers) == (3, 7, 2)

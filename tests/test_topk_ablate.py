@@ -1,4 +1,4 @@
-"""scripts/gpu/topk_ablate.py's variants (no GPU needed): every edit still matches the
+"""scripts/experiments/topk_ablate.py's variants (no GPU needed): every edit still matches the
 package's source once, the variants it calls exact give the package's values and
 indices bit for bit, and the close ones its indices and values within float32 rounding
 (two and four warps a block: the package shares a floor only in the second, the variants
@@ -13,7 +13,7 @@ from _helpers import load_script
 
 
 def test_every_variant_builds_and_the_exact_and_close_ones_match_the_package(tmp_path, four_warp_blocks):
-    ablate = load_script("scripts/gpu/topk_ablate.py")
+    ablate = load_script("scripts/experiments/topk_ablate.py")
     modules = ablate.build(str(tmp_path), list(ablate.VARIANTS))  # (exits if an edit misses)
     for i in range(len(modules)):  # each copy launches through its own launcher
         four_warp_blocks(sys.modules[f"ns_{i}.runtime.launcher"])

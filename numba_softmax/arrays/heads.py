@@ -11,7 +11,10 @@ import math
 
 import numpy as np
 
+from ..runtime import launcher
 from . import kinds, layout
+
+F32 = np.dtype(np.float32)
 
 
 def view(d, tail, stream=0, unit_last=False):
@@ -46,3 +49,37 @@ def out_view(d, tail):
     if strides is None:
         return None
     return kinds.view_of(d, layout.heads_shape(d.shape, tail), strides)
+
+
+def lse_output(kind, shape, like, return_lse, stream):
+    """LSE's (buffers to hand back, (B, H, S) device view): a new array when the caller
+    asked for it, else per-stream scratch that outlives the call — the kernels write LSE
+    either way, and a new array (a PyTorch allocation above all) is a large part of the
+    host time of a call that does not want it."""
+    if return_lse:
+        buf, dev = output(kind, shape, F32, like, 1, stream)
+        return (buf,), dev
+    return (), launcher.scratch(layout.heads_shape(tuple(shape), 1), F32, stream, "attention lse")
+
+
+class Result:
+    """The result of an attention call without ``out=``: O (and LSE, when its buffer is
+    given) in the user's kind.  Holds only the kind and dtype, so a launch plan keeps it."""
+
+    def __init__(self, kind, dtype):
+        self.kind, self.dtype = kind, dtype
+
+    def __call__(self, o_buf, *lse_buf, out=None, stream=0):
+        o = kinds.to_user(self.kind, o_buf, stream, self.dtype)
+        return (o, kinds.to_user(self.kind, lse_buf[0], stream)) if lse_buf else o
+
+
+class LseOnly:
+    """The result of an attention call with ``out=``: ``out`` (already written), and LSE
+    when its buffer is given."""
+
+    def __init__(self, kind):
+        self.kind = kind
+
+    def __call__(self, *lse_buf, out=None, stream=0):
+        return (out, kinds.to_user(self.kind, lse_buf[0], stream)) if lse_buf else out

@@ -104,8 +104,14 @@ def _np_dtype(dtype):
     return BFLOAT16 if dtype.name == BFLOAT16 else dtype
 
 
-def describe(x, kind=None):
-    """:class:`Described` for any supported array (TypeError otherwise)."""
+def describe(x, kind=None, facts=None):
+    """:class:`Described` for any supported array (TypeError otherwise).
+
+    ``facts``: what :func:`facts` already read of ``x`` (a launch plan's look-up reads it
+    for the plan key), if anything: the description is then built from it rather than
+    read from the array a second time."""
+    if facts is not None and facts[0] is not None and not simulator_enabled():
+        return _from_facts(x, *facts)
     kind = kind or kind_of(x)
     if kind == "torch":
         name = str(x.dtype)[len("torch."):]
@@ -123,7 +129,7 @@ def describe(x, kind=None):
         return Described(x, kind, _np_dtype(host.dtype), tuple(host.shape),
                          tuple(s // item for s in host.strides),
                          host.__array_interface__["data"][0], item, None)
-    if _is_numba(x):  # its own attributes: the array interface costs ~10 µs to build
+    if _is_numba(x):  # its own attributes: building the array interface costs far more
         dtype = x.dtype
         item = dtype.itemsize
         return Described(x, kind, dtype, tuple(x.shape), tuple(s // item for s in x.strides),
@@ -135,6 +141,28 @@ def describe(x, kind=None):
     strides = c_strides(shape) if strides is None else tuple(s // item for s in strides)
     return Described(x, kind, dtype, shape, strides, desc["data"][0], item,
                      cuda.get_current_device().id)
+
+
+def _from_facts(x, key, ptr):
+    """:func:`describe` of ``x`` from its :func:`facts`: the same fields, as read there."""
+    lib = key[0]
+    if lib == "torch":
+        _, dtype, shape, strides, device, _ = key
+        if device.type != "cuda":  # a CPU tensor: refused, with the reason, by the full read
+            return describe(x)
+        return Described(x, lib, _dtype_named(str(dtype)[len("torch."):]), tuple(shape),
+                         tuple(strides), ptr, x.element_size(), device.index)
+    dtype = np.dtype(key[1])
+    item = dtype.itemsize
+    if lib == "cupy":
+        _, _, shape, strides, device, _ = key
+        return Described(x, lib, dtype, tuple(shape), tuple(s // item for s in strides), ptr,
+                         item, device)
+    _, _, shape, strides, _ = key  # a Numba array, or another CUDA-array-interface object
+    shape = tuple(shape)
+    strides = c_strides(shape) if strides is None else tuple(s // item for s in strides)
+    device = current_device_id() if _is_numba(x) else cuda.get_current_device().id
+    return Described(x, lib, dtype, shape, strides, ptr, item, device)
 
 
 def _is_numba(x):
@@ -158,7 +186,7 @@ _NUMBA_FACTS = weakref.WeakKeyDictionary()  # Numba array -> (layout key, data p
 def _numba_facts(x):
     """(layout key, data pointer) of a Numba device array, read once per array: its
     shape, strides and memory are fixed for its life, and reading the pointer through
-    Numba's properties costs ~1–3 µs a time."""
+    Numba's properties is slow enough to show in a replayed call."""
     facts = _NUMBA_FACTS.get(x)
     if facts is None:
         ptr = _numba_ptr(x)
@@ -173,7 +201,7 @@ def _numba_ptr(x):
 
 def current_device_id():
     """The device of this thread's current CUDA context (asked of the driver: Numba's
-    ``get_current_device`` costs ~14 µs on a path that has few to spend)."""
+    ``get_current_device`` is slow for a path that is all host time)."""
     dev = driver.current_device()
     return cuda.get_current_device().id if dev is None else dev  # none yet: Numba makes one
 
@@ -267,8 +295,8 @@ def allocator(recipe, arrays=()):
     like the one a recipe noted by :func:`empty` describes (plan replay; what can be
     looked up once — library dtype, device, a template — is looked up here).  ``arrays``:
     the call's arrays when the plan is made.  PyTorch buffers copy an input of their very
-    layout (contiguous, same shape, dtype and device) with ``empty_like`` — half the host
-    time of ``empty`` — or else one of their dtype and device with ``new_empty``; the
+    layout (contiguous, same shape, dtype and device) with ``empty_like`` — less host
+    time than ``empty`` — or else one of their dtype and device with ``new_empty``; the
     plan key pins every input's layout, so the template stays one on every replay."""
     kind, shape, dtype, device = recipe
     if kind == "torch":
@@ -285,7 +313,7 @@ def allocator(recipe, arrays=()):
             def make(stream, arrays):
                 buf = empty_like(arrays[like])
                 return buf, buf.data_ptr()
-        elif kin:  # new_empty: its dtype and device, not parsed again (~20 % of empty)
+        elif kin:  # new_empty: its dtype and device, not parsed again (cheaper than empty)
             like = kin[0]
 
             def make(stream, arrays):

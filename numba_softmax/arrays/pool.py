@@ -1,9 +1,9 @@
 """Device memory for the Numba device arrays this package makes, kept for reuse.
 
 Numba gives every device array its own ``cuMemAlloc`` and frees it later, in batches,
-with ``cuMemFree``: 30–40 µs of host time for one output (``docs/plans.md``), where the
-softmax of a 1 × 1024 row is 3 µs of GPU work and ``torch.empty`` takes a few µs from
-PyTorch's caching allocator.  This pool does what PyTorch's and CuPy's allocators do, for
+with ``cuMemFree``: for a small call that is many times the GPU work of the call itself,
+and many times what PyTorch's caching allocator takes for ``torch.empty``
+(``docs/plans.md`` has the figures).  This pool does what PyTorch's and CuPy's allocators do, for
 the outputs and scratch buffers of numba_softmax only (Numba's allocator is left alone):
 
 * a *block* is memory from Numba (``context.memalloc``): Numba still owns and frees it;

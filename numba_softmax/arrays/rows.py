@@ -39,10 +39,11 @@ class Rows:
     """A user's array reduced along ``axis``: validated now, viewed by :meth:`view`.
 
     ``.view()`` is the (rows, n) device array the kernels read (built after every
-    argument of the call has been checked, so a bad argument never costs a copy)."""
+    argument of the call has been checked, so a bad argument never costs a copy).
+    ``facts``: what a launch plan's look-up read of ``x`` (:func:`.kinds.describe`)."""
 
-    def __init__(self, x, axis, name="x", allowed=kinds.FLOATS):
-        self.d = d = kinds.describe(x)
+    def __init__(self, x, axis, name="x", allowed=kinds.FLOATS, facts=None):
+        self.d = d = kinds.describe(x, facts=facts)
         check_dtype(d, name, allowed)
         self.kind, self.dtype, self.name = d.kind, d.dtype, name
         self.axis = normalize_axis(axis, d.ndim)
@@ -82,13 +83,13 @@ class Out:
     """A user's ``out=``: checked before anything runs (kind, dtype, shape, aliasing),
     then written in place when it can be viewed as rows, else filled by a copy."""
 
-    def __init__(self, out, rows, shape, dtype=None, allow_in_place=True):
+    def __init__(self, out, rows, shape, dtype=None, allow_in_place=True, facts=None):
         dtype = rows.dtype if dtype is None else dtype
         kind = kinds.kind_of(out)
         if kind != rows.kind:
             raise TypeError(f"out must be the same kind of array as {rows.name} ({rows.kind}), "
                             f"got {kind}")
-        self.d = d = kinds.describe(out, kind)
+        self.d = d = kinds.describe(out, kind, facts)
         if d.dtype != dtype:
             raise TypeError(f"out has dtype {d.dtype}; the result has dtype {dtype}")
         if tuple(d.shape) != tuple(shape):

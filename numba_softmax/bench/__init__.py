@@ -1,8 +1,7 @@
 """Benchmark: softmax, attention, decode, backward and top-k against PyTorch, CuPy, Triton.
 
 Run it as ``numba-softmax bench`` or ``python -m numba_softmax.bench`` (``--help``):
-``--quick`` (a subset of every section, about three minutes on an H100 including JIT
-compilation), ``--only NAME[,NAME]`` (some sections), ``--out DIR``, ``--sim-smoke``
+``--quick`` (a subset of every section, a few minutes including JIT compilation), ``--only NAME[,NAME]`` (some sections), ``--out DIR``, ``--sim-smoke``
 (tiny shapes, every code path, seconds: what the CUDA simulator runs), ``--crossovers``
 (the table ``auto`` chooses by, measured and saved for this GPU: :mod:`.crossovers`).
 

@@ -75,13 +75,13 @@ def parse_args(argv=None):
                                 + ".  See python -m pydoc numba_softmax.bench for what is "
                                   "measured and the CSV columns.")
     p.add_argument("--quick", action="store_true",
-                   help="a subset of every section, sized to finish in about 3 minutes on an H100")
+                   help="a subset of every section, sized to finish in a few minutes")
     p.add_argument("--only", type=_sections, metavar="NAME[,NAME]",
                    help="run only these sections (the copy/read bounds always run)")
     p.add_argument("--crossovers", action="store_true",
                    help="measure where each on-chip softmax kernel wins on this GPU, fit the "
                         "table 'auto' chooses by and save it for this device (about a "
-                        "minute on an H200; the same as --only crossovers)")
+                        "minute; the same as --only crossovers)")
     p.add_argument("--fp16", action="store_true",
                    help="(kept for old command lines: float16 and bfloat16 are always measured)")
     p.add_argument("--out", default="bench-out", help="output folder (default: bench-out/)")

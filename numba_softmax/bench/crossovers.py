@@ -2,9 +2,8 @@
 GPU, and the table ``auto`` chooses by, fitted to it and kept (issue 13).
 
 For float32, float16 (bfloat16 shares its entry) and float64 rows of 16–160 KB (float64:
-to 64 KB), at half a row, four and sixteen rows a multiprocessor (the winners change with
-the rows: H200, float32 rows of 128 KB, 528 rows ``cluster`` 75.8 % of copy and
-``onchip`` 62.8, rows of 160 KB ``onchip`` 67.2 and ``cluster`` 53.2): ``fused``, ``onchip``,
+to 64 KB), at half a row, four and sixteen rows a multiprocessor (the winner changes with
+the number of rows as well as with their length, so both are swept): ``fused``, ``onchip``,
 ``cluster`` (sm_90) and ``group`` through ``methods.launch``, each checked against
 ``torch.softmax`` first where torch is present, then timed like the softmax section
 (kernel time, inputs rotated past the L2; GB/s = read once + written once).  Then
@@ -13,7 +12,7 @@ rule picks the fastest kernels on these cases, and — on a GPU — it is saved 
 device in the user's table (:mod:`numba_softmax.kernels.softmax.crossover_table`), which ``auto``
 reads from then on (not after ``--quick``: its five row sizes are too coarse to choose
 by).  The run prints the entry, the share of the best each case's pick reaches under it
-and under the entry used before, and the file written.  64 s on an H200, compilation
+and under the entry used before, and the file written.  About a minute, compilation
 included (`--quick`: fewer row sizes).  Not part of a plain ``bench`` run.
 """
 
@@ -21,7 +20,7 @@ from ..kernels.softmax import crossover_table, methods
 from ..kernels.rows.epilogue import SOFTMAX
 from .context import ITEMSIZE
 from .results import softmax_bytes
-from .softmax import _checker, _timed
+from .softmax import checker, timed
 
 ROW_KB = (16, 24, 32, 40, 48, 64, 80, 96, 128, 160)
 QUICK_KB = (16, 32, 64, 96, 160)
@@ -49,7 +48,7 @@ def run(b):
         return
     fitted = methods.fit_crossovers(measured, b.limits)
     report(fitted)
-    if b.cfg.quick:  # five row sizes: too coarse to keep (H200: it moved float32 onchip to 160 KB)
+    if b.cfg.quick:  # five row sizes: too coarse to keep (a fit to them can move an entry far)
         print("crossovers: not saved (--quick measures too few row sizes to choose by; "
               "run --crossovers without --quick to keep a table)", flush=True)
     elif not b.sim:
@@ -74,10 +73,10 @@ def one_shape(b, rows, n, dtype):
     ys = [b.random((rows, n), dtype, seed=100 + s) for s in range(k)]
     fields = dict(suite="crossovers", dtype=dtype, M=rows, N=n,
                   bytes=softmax_bytes(rows, n, item), bound="copy")
-    check = _checker(b, xs[0], dtype)
+    check = checker(b, xs[0], dtype)
     for method in METHODS:
         def enqueue(i, method=method):
             methods.launch(method, SOFTMAX, xs[i], ys[i], stream=b.stream)
 
-        _timed(b, f"{method} {rows}x{n} {dtype}", enqueue, k, check, ys, impl=method,
+        timed(b, f"{method} {rows}x{n} {dtype}", enqueue, k, check, ys, impl=method,
                level="kernel", array="numba", **fields)

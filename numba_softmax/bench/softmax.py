@@ -55,7 +55,7 @@ def one_shape(b, m, n, dtype):
     ys = [b.random((m, n), dtype, seed=100 + s) for s in range(k)]
     row = dict(suite="softmax", dtype=dtype, M=m, N=n, bytes=softmax_bytes(m, n, item),
                bound="copy")
-    check = _checker(b, xs[0], dtype)
+    check = checker(b, xs[0], dtype)
 
     for method in methods.METHODS:  # kernel level: the kernel on device arrays
         chosen = _chosen(b, method, m, n, xs[0].dtype)
@@ -65,13 +65,13 @@ def one_shape(b, m, n, dtype):
 
         model = method_traffic(chosen)
         note = f"auto → {chosen}" if method == "auto" else ""
-        _timed(b, f"{method} {m}x{n} {dtype}", enqueue, k, check, ys, impl=method,
+        timed(b, f"{method} {m}x{n} {dtype}", enqueue, k, check, ys, impl=method,
                level="kernel", array="numba", note=note,
                model_bytes=model * m * n * item if model else None, **row)
 
     # the same bytes copied (read once, written once): what a problem of this size can
     # reach, beside the large copy the "% copy" column divides by
-    _timed(b, f"copy {m}x{n} {dtype}", lambda i: ys[i].copy_to_device(xs[i], stream=b.stream),
+    timed(b, f"copy {m}x{n} {dtype}", lambda i: ys[i].copy_to_device(xs[i], stream=b.stream),
            k, None, None, impl=SAME_SIZE_COPY, level="kernel", array="numba", **row)
 
     kind = b.user_kind(dtype)
@@ -80,7 +80,7 @@ def one_shape(b, m, n, dtype):
         def call(i, method=method):
             ns.softmax(user[i], method=method)
 
-        _timed(b, f"ns.softmax({kind}) {method}", call, k, None, None, impl=method,
+        timed(b, f"ns.softmax({kind}) {method}", call, k, None, None, impl=method,
                level="call", array=kind, host=True, **row)
 
     for peer, fn, model in _peers(b, dtype):
@@ -90,12 +90,12 @@ def one_shape(b, m, n, dtype):
             with b.on_stream("torch"):
                 fn(tx[i], ty[i])
 
-        _timed(b, f"{peer} {m}x{n} {dtype}", peer_kernel, k, None if peer == "torch" else check,
+        timed(b, f"{peer} {m}x{n} {dtype}", peer_kernel, k, None if peer == "torch" else check,
                ys, impl=peer,
                level="kernel", array="torch", model_bytes=model * m * n * item if model else None,
                **row)
         if peer == "torch":
-            _timed(b, f"torch call {m}x{n} {dtype}", lambda i, fn=fn: fn(tx[i], ty[i]), k, None,
+            timed(b, f"torch call {m}x{n} {dtype}", lambda i, fn=fn: fn(tx[i], ty[i]), k, None,
                    None, impl=peer, level="call", array="torch", host=True, **row)
     if b.cupy is not None and dtype != "bfloat16":
         _cupy_peer(b, xs, k, row)
@@ -111,7 +111,7 @@ def _chosen(b, method, m, n, dtype):
         return "auto"
 
 
-def _timed(b, label, fn, k, check, ys, host=False, **fields):
+def timed(b, label, fn, k, check, ys, host=False, **fields):
     """Time one implementation (a method that does not apply is skipped, not fatal)."""
     try:
         if check is not None:
@@ -152,10 +152,10 @@ def _cupy_peer(b, xs, k, row):
         with b.on_stream("cupy"):
             fn(cx[i], axis=-1)
 
-    _timed(b, "cupy", enqueue, k, None, None, impl="cupy", level="kernel", array="cupy", **row)
+    timed(b, "cupy", enqueue, k, None, None, impl="cupy", level="kernel", array="cupy", **row)
 
 
-def _checker(b, x, dtype):
+def checker(b, x, dtype):
     """check(run, y, impl): poison y with NaN, run(0), then y ≈ softmax(x) (torch, in
     float32) or :class:`WrongResult`.  None without torch (the simulator run checks
     nothing: the test suite does)."""

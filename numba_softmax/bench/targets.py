@@ -1,7 +1,8 @@
-"""The issues' speed targets, judged from one run's rows and printed after its tables.
+"""The speed targets, judged from one run's rows and printed after its tables.
 
 Each target is a rule over the kernel rows of one section: which rows it holds, the
-figure it reads from each, and the least (or most) that figure may be.  A target is
+figure it reads from each, and the least (or most) that figure may be.  Its name says
+what it measures: the operation and problems, the figure, the bar.  A target is
 *met* when every row it holds passes, *MISSED* when one does not (the line names the
 worst row, and how many of its rows passed), and *not measured* when the run has no row
 for it (``--quick`` or ``--only``).  Figures come from :func:`.results.derive`: % of
@@ -17,12 +18,14 @@ from .results import SAME_SIZE_COPY as COPY
 
 MB = 2**20
 PEERS = ("torch", "cupy", "triton tutorial", "triton seed001", COPY)  # softmax rows not ours
+BEST_F32 = "softmax float32, 32 MB … 128 × 1M: fastest method ≥ 90 % of copy bandwidth"
+GEOMEAN = "softmax, geometric mean over the problems: fastest method ≥ 1.5× torch's speed"
 
 
 @dataclasses.dataclass
 class Verdict:
-    issue: int
-    target: str  # the target, in words
+    section: str  # the bench section whose rows it reads (softmax, backward, decode, topk)
+    target: str  # what it measures, in words: the operation and problems, the figure, the bar
     status: str  # met | MISSED | not measured
     worst: str = ""  # the worst row: its problem and figure
     passed: str = ""  # "n/m rows"
@@ -36,16 +39,16 @@ def _label(r):
     return f"{r.dtype} {r.M}x{r.N}" + (f" k{r.k}" if r.k else "")
 
 
-def judge(issue, target, rows, figure, least=None, most=None, unit="", label=_label,
+def judge(section, target, rows, figure, least=None, most=None, unit="", label=_label,
           extra=lambda r: ""):
     """The verdict on ``rows`` for ``figure(row)`` ≥ ``least`` (or ≤ ``most``); the worst
     row named by ``label``, with ``extra`` after its figure."""
     rows = [r for r in rows if figure(r) is not None]
     if not rows:
-        return Verdict(issue, target, "not measured")
+        return Verdict(section, target, "not measured")
     ok = [(figure(r) >= least) if least is not None else (figure(r) <= most) for r in rows]
     worst = min(rows, key=figure) if least is not None else max(rows, key=figure)
-    return Verdict(issue, target, "met" if all(ok) else "MISSED",
+    return Verdict(section, target, "met" if all(ok) else "MISSED",
                    f"{label(worst)}: {figure(worst):.3g}{unit}{extra(worst)}", f"{sum(ok)}/{len(ok)}")
 
 
@@ -66,7 +69,8 @@ def _best(rows):
 
 
 def softmax(results):
-    """Issue 13."""
+    """Softmax: the fastest of our methods against the copy and the peers; each method
+    against its own traffic bound."""
     best, peers = _best(_kernel(results, "softmax"))
     copied = {key: r.pct_copy for key, rs in peers.items() for r in rs if r.impl == COPY}
     peers = {key: [r for r in rs if r.impl != COPY] for key, rs in peers.items()}
@@ -87,76 +91,82 @@ def softmax(results):
     torch = [r for r in best.values() if r.x_torch]
     geo = (math.exp(sum(math.log(r.x_torch) for r in torch) / len(torch))) if torch else None
     out = [
-        judge(13, "best ≥ 90 % of copy, float32, 32 MB … 128 × 1M", big,
-              lambda r: r.pct_copy, least=90, unit=" %", extra=sized),
-        judge(13, "best ≥ 75 % of copy at 1 × 16M (float32)",
+        judge("softmax", BEST_F32, big, lambda r: r.pct_copy, least=90, unit=" %", extra=sized),
+        judge("softmax", "softmax float32 1 × 16M: fastest method ≥ 75 % of copy bandwidth",
               [r for r in f32 if r.M == 1 and r.N == 2**24], lambda r: r.pct_copy, least=75,
               unit=" %", extra=sized),
-        judge(13, "best ≥ every peer (torch, Triton tutorial, seed 001), every shape",
+        judge("softmax", "softmax, every shape: fastest method ≥ every peer's speed "
+              "(torch, triton tutorial, triton seed001)",
               list(ratio.values()), lambda r: r.x_torch, least=1.0, unit="×",
               label=lambda r: f"{_label(r)} against {r.note}"),
-        Verdict(13, "geomean of best × torch ≥ 1.5", "not measured") if geo is None else
-        Verdict(13, "geomean of best × torch ≥ 1.5", "met" if geo >= 1.5 else "MISSED",
+        Verdict("softmax", GEOMEAN, "not measured") if geo is None else
+        Verdict("softmax", GEOMEAN, "met" if geo >= 1.5 else "MISSED",
                 f"{geo:.3g}× over {len(torch)} problems", ""),
-        judge(13, "fp16/bf16 best ≥ 85 % of copy, ≥ 32 MB", half, lambda r: r.pct_copy,
-              least=85, unit=" %", extra=sized),
+        judge("softmax", "softmax fp16/bf16, ≥ 32 MB: fastest method ≥ 85 % of copy bandwidth",
+              half, lambda r: r.pct_copy, least=85, unit=" %", extra=sized),
     ]
     rows = _kernel(results, "softmax")
-    out.append(judge(13, "online ≥ 2400 GB/s at 16384 × 1024 (float32)",
+    out.append(judge("softmax", "softmax float32 16384 × 1024: online ≥ 2400 GB/s",
                      [r for r in rows if r.impl == "online" and r.dtype == "float32"
                       and (r.M, r.N) == (16384, 1024)], lambda r: r.gbps, least=2400, unit=" GB/s"))
     for method in ("three_pass", "online", "fused", "split"):
-        out.append(judge(13, f"{method} ≥ 85 % of its own traffic bound, every shape",
+        out.append(judge("softmax", f"softmax {method}, every shape: ≥ 85 % of its own "
+                         "traffic bound",
                          [r for r in rows if r.impl == method], lambda r: r.pct_model,
                          least=85, unit=" %"))
     return out
 
 
 def backward(results):
-    """Issue 15."""
+    """Softmax and attention backward: against the copy and against torch / SDPA."""
     rows = _kernel(results, "backward")
     mine = [r for r in rows if r.impl in ("softmax_backward", "log_softmax_backward")]
     attn = [r for r in rows if r.impl == "attention_backward"]
     return [
-        judge(15, "softmax / log_softmax backward ≥ 85 % of copy, ≥ 32 MB",
+        judge("backward", "softmax / log_softmax backward, ≥ 32 MB: ≥ 85 % of copy bandwidth",
               [r for r in mine if r.M * r.N * ITEMSIZE[r.dtype] >= 32 * MB], lambda r: r.pct_copy,
               least=85, unit=" %"),
-        judge(15, "softmax / log_softmax backward ≥ torch's, every shape", mine,
+        judge("backward", "softmax / log_softmax backward, every shape: ≥ torch's speed", mine,
               lambda r: r.x_torch, least=1.0, unit="× torch"),
-        judge(15, "attention backward fp32 ≥ 0.5× SDPA backward",
+        judge("backward", "attention backward float32: ≥ 0.5× SDPA backward's speed",
               [r for r in attn if r.dtype == "float32"], lambda r: r.x_torch, least=0.5,
               unit="× SDPA"),
-        judge(15, "attention backward fp16/bf16 ≥ 0.25× SDPA (first bar)",
+        judge("backward", "attention backward fp16/bf16: ≥ 0.25× SDPA backward's speed "
+              "(first bar)",
               [r for r in attn if r.dtype != "float32"], lambda r: r.x_torch, least=0.25,
               unit="× SDPA"),
-        judge(15, "attention backward fp16/bf16 ≥ 0.5× SDPA (goal)",
+        judge("backward", "attention backward fp16/bf16: ≥ 0.5× SDPA backward's speed (goal)",
               [r for r in attn if r.dtype != "float32"], lambda r: r.x_torch, least=0.5,
               unit="× SDPA"),
     ]
 
 
 def decode(results):
-    """Issue 17."""
+    """Paged GQA decode: against SDPA's dense decode, and its read rate."""
     paged = [r for r in _kernel(results, "decode") if r.impl == "paged"]
     return [
-        judge(17, "paged decode ≥ 0.9× SDPA's dense GQA decode, every (B, context)", paged,
+        judge("decode", "paged GQA decode, every (B, context): ≥ 0.9× SDPA dense decode's "
+              "speed", paged,
               lambda r: r.x_torch, least=0.9, unit="× SDPA"),
-        judge(17, "paged decode ≥ 2000 GB/s at B 1, 4K",
+        judge("decode", "paged GQA decode B 1, context 4K: ≥ 2000 GB/s",
               [r for r in paged if r.B == 1 and r.Sk == 4096], lambda r: r.gbps, least=2000,
               unit=" GB/s"),
     ]
 
 
 def topk(results):
-    """Issue 18."""
+    """Fused softmax + top-k: against torch, against one read of the logits, one row's
+    latency."""
     rows = [r for r in _kernel(results, "topk") if r.impl == "softmax_topk"]
     return [
-        judge(18, "≥ 3× torch.topk(torch.softmax) at B ≥ 64, V ≥ 32000",
+        judge("topk", "softmax + top-k B ≥ 64, V ≥ 32000: ≥ 3× torch.topk(torch.softmax)'s "
+              "speed",
               [r for r in rows if r.M >= 64 and r.N >= 32000], lambda r: r.x_torch, least=3.0,
               unit="× torch"),
-        judge(18, "≥ 70 % of the copy rate for one read of the logits, B 1024",
+        judge("topk", "softmax + top-k B 1024: ≥ 70 % of copy bandwidth, one read of the logits",
               [r for r in rows if r.M == 1024], lambda r: r.pct_copy, least=70, unit=" %"),
-        judge(18, "≤ 20 µs at B 1, V 128256", [r for r in rows if (r.M, r.N) == (1, 128256)],
+        judge("topk", "softmax + top-k B 1, V 128256: ≤ 20 µs",
+              [r for r in rows if (r.M, r.N) == (1, 128256)],
               lambda r: r.median_ms * 1e3, most=20, unit=" µs"),
     ]
 
@@ -179,9 +189,9 @@ def format_targets(verdicts, sim=False):
     w = max(len(v.target) for v in verdicts)
     why = ("the simulator's times mean nothing: shown only to run this code" if sim else
            "misses: docs/targets.md")
-    lines = [f"== targets ==  (the issues' speed targets on this run's kernel rows; {why})",
-             f"{'issue':<6}{'target':<{w + 2}}{'status':<14}{'rows met':<10}worst row"]
+    lines = [f"== targets ==  (the speed targets on this run's kernel rows; {why})",
+             f"{'target':<{w + 2}}{'status':<14}{'rows met':<10}worst row"]
     lines.append("-" * len(lines[-1]))
     for v in verdicts:
-        lines.append(f"#{v.issue:<5}{v.target:<{w + 2}}{v.status:<14}{v.passed:<10}{v.worst}")
+        lines.append(f"{v.target:<{w + 2}}{v.status:<14}{v.passed:<10}{v.worst}")
     return "\n".join(lines)

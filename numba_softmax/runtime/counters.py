@@ -2,7 +2,7 @@
 launch plans may point at them: zeroed ticket counters, and placeholders for arguments a
 variant ignores.
 
-The decode kernel's in-kernel merge (:mod:`.decode`) counts finished blocks per K/V head
+The decode kernel's in-kernel merge (:mod:`.kernels.decode.decode`) counts finished blocks per K/V head
 with an atomic ticket; the counters must be zero before a launch, so they are zeroed when
 allocated and the last block of each group resets its own — they are zero between
 launches.  One set per stream: two streams running at once must not share them.

@@ -1,9 +1,10 @@
 """The CUDA driver, for the few calls the package makes itself.
 
-Numba's own wrappers for these cost microseconds a call (``cuda.current_context()`` ~10 µs,
-``get_current_device`` ~14 µs) on paths that have few to spend; the driver answers in a
-fraction of one.  ``cu`` is ``cuda.bindings.driver``, or None where it is missing (then
-launch plans are off and the callers take Numba's way).
+Numba's own wrappers for these (``cuda.current_context()``, ``get_current_device``) cost
+microseconds a call on paths that have few to spend; the driver answers in a fraction of
+one (``docs/plans.md``, "Where the microseconds go").  ``cu`` is
+``cuda.bindings.driver``, or None where it is missing (then launch plans are off and the
+callers take Numba's way).
 """
 
 try:

@@ -87,7 +87,7 @@ def first_fitting(choices, need, room):
     """The first of ``choices`` (launch configurations, most preferred first) whose
     ``need(choice)`` — bytes of shared memory a block — is at most ``room`` (``None``: no
     limit, the first); ``None`` if none is.  How every tile chooser falls back where a
-    block gets less than on Hopper (163 KB on an A100, 99 KB on sm_86/sm_89)."""
+    block gets less than on Hopper (163 KB on sm_80, 99 KB on sm_86/sm_89)."""
     return next((c for c in choices if room is None or need(c) <= room), None)
 
 
@@ -184,11 +184,11 @@ CLUSTER_LOAD_BALANCING = 2  # CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING
 def _require_cluster(kernel, args, cluster):
     """Make every launch of the compiled kernel one of clusters of ``cluster`` blocks (x):
     (width, height, depth) all three, or the launch fails with INVALID_CLUSTER_SIZE.  The
-    clusters are scheduled by load balancing, not the default (H200, softmax's cluster:
-    float32 1024 × 65 536 in clusters of 8 blocks of 256 threads 85.7 → 87.3 % of copy,
-    float16 78.1 → 79.7, clusters of one block a multiprocessor unchanged; spreading
-    them changed nothing).  More than :data:`PORTABLE_CLUSTER` blocks: with the
-    non-portable opt-in (:func:`cluster_fits` asks first whether the device runs them)."""
+    clusters are scheduled by load balancing, not the default (a small gain for clusters of
+    several blocks a multiprocessor, none for one block a multiprocessor; spreading them
+    changed nothing: ``docs/algorithms/cluster.md``, "Measured").  More than
+    :data:`PORTABLE_CLUSTER` blocks: with the non-portable opt-in (:func:`cluster_fits`
+    asks first whether the device runs them)."""
     wide = [("CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED", 1)]
     _set_attributes(kernel, args, "cluster", cluster,
                     (wide if cluster > PORTABLE_CLUSTER else []) +
@@ -205,8 +205,8 @@ _CLUSTER_FITS = {}  # (compiled kernel's id, device, block, cluster, shared) →
 def cluster_fits(kernel, args, block, cluster, shared=0):
     """Whether the device holds a cluster of ``cluster`` blocks of ``block`` threads of
     this kernel at once (``cuOccupancyMaxActiveClusters`` ≥ 1), after the opt-in a size
-    above :data:`PORTABLE_CLUSTER` needs (H100 and H200 run 16); False where the device
-    refuses either.  Asked of the driver once per compiled kernel, device and launch
+    above :data:`PORTABLE_CLUSTER` needs (sm_90 data-centre parts run 16); False where
+    the device refuses either.  Asked of the driver once per compiled kernel, device and launch
     shape (a launch plan asks on every call).  The simulator runs any size."""
     if simulator_enabled():
         return True

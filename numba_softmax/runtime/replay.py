@@ -10,8 +10,8 @@ Two ways to launch, chosen per process by ``NUMBA_SOFTMAX_REPLAY`` (default ``dr
 * ``driver`` — the argument values live in C objects made once; ``kernelParams`` (the
   array of their addresses that ``cuLaunchKernel`` reads) is made once too; a replay sets
   the pointer objects' values and calls ``cuLaunchKernel`` through ``cuda.bindings``
-  with that array's address (4.5 µs a launch on the H200 of ``docs/plans.md``, against
-  9.5 through ctypes with ``argtypes`` and 7.7 for a whole ``torch.softmax``).
+  with that array's address (the cheapest of the calls timed in ``docs/plans.md``, "The
+  launch itself").
 * ``core`` — ``cuda.core.launch``, which numba-cuda itself uses: it converts every
   argument again on each launch.
 

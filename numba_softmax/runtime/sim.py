@@ -25,7 +25,7 @@ block (barriers instead of a polling loop), a cooperative kernel's blocks all at
 
 import threading
 
-from .sim_blocks import _Barrier, cooperative
+from .sim_blocks import Barrier, cooperative
 
 __all__ = ["simulator_enabled", "cooperative", "warp_exchange", "lane_id", "install"]
 
@@ -56,7 +56,7 @@ class _Warp:
 
     def __init__(self, lanes):
         self.boards = ([None] * lanes, [None] * lanes)
-        self.barrier = _Barrier(lanes)
+        self.barrier = Barrier(lanes)
 
 
 def _warp_of(me):

@@ -1,4 +1,4 @@
-"""v5 — FlashAttention forward on CUDA cores: softmax(scale·Q Kᵀ) V in one pass, never the Sq×Sk matrix.
+"""a1 — FlashAttention forward on CUDA cores: softmax(scale·Q Kᵀ) V in one pass, never the Sq×Sk matrix.
 
 Attention is a softmax over each row of the score matrix S = scale·Q Kᵀ, followed by a
 weighted sum of the rows of V.  The materialised way writes S (Sq×Sk values) to memory,
@@ -44,7 +44,7 @@ grouped-query attention (query head h reads key/value head h // (Hq/Hkv), never
 expanded: the heads of a group are neighbours in the grid and share K, V tiles through
 L2); packed variable-length batches (``cu_seqlens``: sequence b owns rows
 cu[b] … cu[b+1] of a (1, H, total, D) view); and key-range splits (``kv_chunk``: the
-first kernel of split-KV, :mod:`.decode`).  The grid is one axis of Tr·B·Hq blocks (no
+first kernel of split-KV, :mod:`.decode.decode`).  The grid is one axis of Tr·B·Hq blocks (no
 65535 ceiling on batch·heads) and one axis of splits.
 
 FLOPs: 2·Sq·Sk·D for Q Kᵀ plus 2·Sq·Sk·Dv for P V — 4·Sq·Sk·D per (batch·head) when
@@ -260,7 +260,7 @@ def launch(q, k, v, o, lse, *, causal=False, window=(-1, -1), scale=None, kv_chu
 
     ``o`` (Z·B, Hq, Sq, Dv), dtype of q, and ``lse`` (Z·B, Hq, Sq, float32) receive the
     result; Z = 1 unless ``kv_chunk`` (keys per split) cuts the keys into
-    Z = ⌈Sk/kv_chunk⌉ ranges, each written as a normalised partial (see :mod:`.decode`).
+    Z = ⌈Sk/kv_chunk⌉ ranges, each written as a normalised partial (see :mod:`.decode.decode`).
     ``window=(left, right)``, ``causal``: :mod:`.visible`.  Varlen: int32 device arrays
     ``cu_seqlens_q``, ``cu_seqlens_k`` (B'+1 offsets, non-decreasing — the caller checks)
     with q, k, v, o, lse the (1, H, total, ·) views of packed (total, H, ·) tensors and

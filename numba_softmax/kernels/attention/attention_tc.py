@@ -1,4 +1,4 @@
-"""v7 — FlashAttention-2 forward on tensor cores (fp16 / bf16 in, float32 accumulation).
+"""a2 — FlashAttention-2 forward on tensor cores (fp16 / bf16 in, float32 accumulation).
 
 The same fold as :mod:`.attention` — per query row a state (m, ℓ, O), each tile of keys
 merged in with the combiner — with both matrix products on ``mma.sync`` (:mod:`.mma`)::

@@ -40,12 +40,12 @@ from ..hw.jit import accumulator
 
 GROUP = 8  # lanes that share a query row (the column groups)
 MAX_WARPS = 8
-H100_SHARED = 227 * 1024  # the simulator checks nothing: tile as for an H100
+SM90_SHARED = 227 * 1024  # the simulator checks nothing: tile as for sm_90's opt-in limit
 
 
 def shared_limit():
     """Dynamic shared memory one block may use on this device."""
-    return H100_SHARED if simulator_enabled() else launcher.device_limits().shared_optin
+    return SM90_SHARED if simulator_enabled() else launcher.device_limits().shared_optin
 
 
 class Layout(NamedTuple):
@@ -117,8 +117,8 @@ def check_tiles(d, dv, block_q, block_k, rows_per_lane=None):
 
 def fit_tiles(d, dv, small=False):
     """(Br, Bc) for head dimensions D, Dv: 128×64 (4 warps of 8×8 score tiles per lane)
-    up to 64, 64×32 (4 warps, 4×4) up to 128 — each two blocks per multiprocessor in an
-    H100's shared memory; ``small``: the simulator's 2-warp tiles (8×16)."""
+    up to 64, 64×32 (4 warps, 4×4) up to 128 — each two blocks per multiprocessor in
+    sm_90's shared memory; ``small``: the simulator's 2-warp tiles (8×16)."""
     if small:
         return 8, 16
     first = (128, 64) if max(d, dv) <= 64 else (64, 32)

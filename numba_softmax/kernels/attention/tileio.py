@@ -57,7 +57,7 @@ def global_width(arrays, tail_lengths):
 
 
 if simulator_enabled():
-    from ..hw.jit import _bf16_to_f32
+    from ..hw.jit import bf16_to_f32
 
     @functools.cache
     def global_load(width):
@@ -65,7 +65,7 @@ if simulator_enabled():
             bf16 = x.dtype == np.uint16 and v.dtype != np.uint16
             for k in range(width):
                 value = x[i0, i1, i2, j + k]
-                v[o + k] = _bf16_to_f32(value) if bf16 else value
+                v[o + k] = bf16_to_f32(value) if bf16 else value
 
         return load
 

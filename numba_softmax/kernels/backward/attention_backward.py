@@ -1,4 +1,4 @@
-"""v6 — FlashAttention-2 backward: dQ, dK, dV from the saved LSE, never the Sq×Sk matrix.
+"""b2 — FlashAttention-2 backward: dQ, dK, dV from the saved LSE, never the Sq×Sk matrix.
 
 The forward kept one number per query row, LSE = m + log ℓ — its final (m, ℓ) state
 folded into one value — and that is all the backward needs to rebuild any tile of
@@ -44,9 +44,9 @@ Bc + VW, a lane's keys of dK, dV consecutive in a row of P or dS and its columns
 vectors of VV.  LSE and D come from global memory (L1), so that 32 × 32 tiles at D = 128
 take 75 KB and three blocks still fit a multiprocessor.  The tiles arrive 16 bytes a load
 where the arrays allow it (:func:`.flash_tiles.stager`, the forward's), and on sm_90 a lane adds
-its 4 consecutive dQ columns in one ``red.global.add.v4.f32``.  H200, B 4 × H 8 × S 4096,
-TFLOP/s (``docs/algorithms/backward.md``, "Vector reads"): D 128 15.6 → 24.0–24.6 (0.42 →
-0.65–0.67× SDPA's backward), D 64 21.3 → 29.0–29.7.  NumPy twin:
+its 4 consecutive dQ columns in one ``red.global.add.v4.f32``: fewer instructions a
+multiply-add, which is what bounds the kernel (``docs/algorithms/backward.md``, "Vector
+reads").  NumPy twin:
 :func:`numba_softmax.reference.attention_backward`.
 """
 
@@ -104,9 +104,8 @@ def fit_tiles(d, dv, itemsize=4, small=False):
     At D = 128 the tiles are the multiprocessor's occupancy: 64×32 take 117 KB of shared
     memory, one block of 4 warps a multiprocessor; 32×32 take 75 KB — exactly a third of
     228 KB less the driver's 1 KB a block — so three blocks fit (12 warps; ptxas: 167
-    registers a thread, under the 168 that three blocks allow).  H200, float32, B 4 × H 8
-    × S 4096, with the 4-byte reads of then: 9.6 → 15.7 TFLOP/s; 64×64 × 8 warps 15.9,
-    128×32 × 8 12.4, 64×32 × 8 11.2, 32×16 × 4 10.9 (thirty-seventh session)."""
+    registers a thread, under the 168 that three blocks allow).  The other tilings timed
+    no faster: ``docs/algorithms/backward.md``, "Tiles at D = 128"."""
     if small:
         return 8, 8, 2
     first = (32, 32) if itemsize == 8 else (64, 64) if max(d, dv) <= 64 else (32, 32)

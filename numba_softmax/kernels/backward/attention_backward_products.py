@@ -16,7 +16,7 @@ Three shapes of product, by which axis the sum runs along::
 
 A thread's columns of a D-wide tile: ``col(cg, c) = VV·cg + 8·VV·(c // VV) + c % VV``, so
 the 8 column groups of a row read 8·VV consecutive values at once (one bank wavefront).
-The v6 kernel read every operand 4 bytes at a time: at D = 128 (tiles 32 × 32) that was
+The b2 kernel once read every operand 4 bytes at a time: at D = 128 (tiles 32 × 32) that was
 0.64 shared loads a multiply-add, where this is about 0.17 (``docs/algorithms/backward.md``,
 "Vector reads").  Callers keep every address a multiple of the vector width
 (:func:`.attention_backward.layout` pads the strides).

@@ -1,4 +1,4 @@
-"""v8 — FlashAttention-2 backward on tensor cores (fp16 / bf16 in, float32 accumulation).
+"""b3 — FlashAttention-2 backward on tensor cores (fp16 / bf16 in, float32 accumulation).
 
 The backward of :mod:`.attention_backward` — P rebuilt from the saved LSE, Dao's
 Algorithm 2 — with its five matrix products on ``mma.sync`` (:mod:`.mma`)::
@@ -31,7 +31,8 @@ and dS through shared memory instead; its tiles are larger than one warp's.)
 **dQ by atomic adds**, as in :mod:`.attention_backward`: the last bits of dQ depend on
 the order the adds land; two values an instruction on sm_90 (``red.global.add.v2.f32``,
 which older targets lack), one on sm_80/sm_86/sm_89.  They are not what the time goes
-to: with the adds left out the kernel was 0–3 % faster (H200, NOTES).  Masks, GQA and
+to: the kernel with the adds left out is barely faster (docs/algorithms/backward.md,
+"Measured").  Masks, GQA and
 the windows as there: query i sees key j iff −left ≤ j − (i + Sk − Sq) ≤ right; only
 tiles that cross an edge are masked element by element; rows that saw no key (LSE =
 −inf) and padding rows have P = 0.
@@ -70,7 +71,7 @@ class Tiles:
     """A launch configuration: ``warps`` W (Bc = 16·W keys a block, 16 a warp) and
     ``block_q`` Br query rows a tile (a multiple of 16 with Br/16 dividing W: each warp
     takes one 16-row slice of dQ).  Default: the first of :data:`DEFAULTS` whose shared
-    memory the device allows — W = 8, Br = 64 on Hopper and the A100 (one block of 8
+    memory the device allows — W = 8, Br = 64 on sm_80 and sm_90 (one block of 8
     warps a multiprocessor: 244–254 registers a thread; 155 KB at D 128), smaller tiles
     where a block gets less (99 KB on sm_86/sm_89: W = 4, Br = 32 at D 128); the
     simulator's: W = 1, Br = 16."""

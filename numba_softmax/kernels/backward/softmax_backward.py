@@ -1,4 +1,4 @@
-"""Softmax and log_softmax backward: dx from the forward's output y and the gradient dy.
+"""b1 — softmax and log_softmax backward: dx from the forward's output y and the gradient dy.
 
     softmax      dx = y ∘ (dy − c),        c = Σ_j y_j·dy_j     (Jacobian diag(y) − y yᵀ)
     log_softmax  dx = dy − exp(y) ∘ c,     c = Σ_j dy_j         (exp(y) = p; Jacobian I − 1 pᵀ)
@@ -21,10 +21,10 @@ which :mod:`.softmax_backward_launch` holds with the one launch function):
                per row up to T·VPT values; on sm_90 a *cluster* of up to 8 blocks per row,
                whose blocks post their sums into each other's shared memory and add them
                in one order — rows up to 131072 float32 or, held in pairs, 262144
-               float16/bfloat16 values; where the device runs clusters of 16 (H100,
-               H200), up to 16 blocks of 512 threads holding twice the float32 values:
-               rows up to 262144 float32).  Read y, dy once, write dx once: 3·N·b bytes,
-               the minimum.
+               float16/bfloat16 values; where the device runs clusters of 16
+               (non-portable cluster sizes, sm_90), up to 16 blocks of 512 threads
+               holding twice the float32 values: rows up to 262144 float32).  Read y,
+               dy once, write dx once: 3·N·b bytes, the minimum.
     two pass   the row does not fit: pass 1 streams it for c (reading dy, and y for
                softmax), pass 2 re-reads y and dy and writes dx — walking the chunks in
                *reverse*, so the chunks pass 1 read last, still in L2, are re-read first.
@@ -35,10 +35,10 @@ which :mod:`.softmax_backward_launch` holds with the one launch function):
 Storage types: float16, bfloat16 (uint16 bits), float32, float64; values are held in
 registers as stored — in a block or a cluster float16 and bfloat16 two to a 32-bit
 register where rows take 16-byte vectors (:mod:`.pairs`: twice the values in the same
-registers; H200, bfloat16 4096 × 8192: 92.4 % of copy against 61.4 % one a register),
-but not in a warp per row (64 such values a lane ran 3.6× slower than a block of 128
-holding 16, rows of 2048) — and converted where used; accumulation in float32 (float64
-for float64).
+registers, and twice the bytes in flight), but not in a warp per row (a lane holding
+that many values in pairs falls far behind a block whose threads hold a few each:
+docs/algorithms/backward.md) — and converted where used; accumulation in float32
+(float64 for float64).
 NumPy twins: :func:`numba_softmax.reference.softmax_backward`, ``log_softmax_backward``.
 """
 
@@ -55,7 +55,7 @@ from ..hw.jit import accumulator
 from ..rows.reduce import block_combine, warp_combine
 
 MAX_VPT = 16  # values of *each* tensor a thread holds in one pass (two tensors: 32 registers)
-MAX_CLUSTER = 16  # blocks a cluster: 8 on every sm_90 device, 16 where it allows (H100, H200)
+MAX_CLUSTER = 16  # blocks a cluster: 8 on every sm_90 device, 16 where it allows (non-portable)
 CHUNK_VPT = 8  # values per thread per chunk in the two-pass and split forms
 
 

@@ -15,17 +15,14 @@ from ...runtime.launcher import PORTABLE_CLUSTER, scratch
 from .softmax_backward import CHUNK_VPT, MAX_CLUSTER, MAX_VPT, one_pass, split, two_pass
 
 
-# Clusters of 512-thread blocks holding 64 registers of values a thread (H200, kernel
-# time, % of a same-size copy).  One block a multiprocessor, so a cluster of S blocks
-# takes S of a GPC's ~16: two of 8 or one of 15–16 fill it.  Against the plans of 8
-# blocks of 1024: float32 512 × 131072 95 against 92 %, float64 1024 × 65536 76 / 65,
-# bfloat16 256 × 262144 88 / 84, float16 512 × 245760 89 / 67; not where they leave a
-# GPC part-empty: float16 512 × 163840 in 10 blocks 45 % against 5 of 1024 85 %, float32
-# 1024 × 100000 in 7 blocks 68 / 70.  Past 8 blocks of 1024, float32: 256 × 262144 in
-# 16 blocks 79 % (two passes 62 %), 15 blocks 79 %, 12 73 %, 10 66 %, a ragged 13
-# (n = 200000) 62 % as two passes; float64 256 × 131072 62 % both ways.
+# Clusters of 512-thread blocks holding 64 registers of values a thread.  One block a
+# multiprocessor, so a cluster of S blocks takes S of a GPC's ~16: two of 8 or one of
+# 15–16 fill it, and then they beat the plans of 8 blocks of 1024; where they leave a GPC
+# part-empty they lose to them.  Past 8 blocks of 1024, a cluster that fills a GPC beats
+# two passes; one that does not, does not.  Measured: docs/algorithms/backward.md,
+# "Measured".
 WIDE_THREADS = 512
-FULL_GPC = 15  # blocks of one block a multiprocessor that fill a GPC (H100/H200: 16–18)
+FULL_GPC = 15  # blocks of one block a multiprocessor that fill a GPC (sm_90 parts: 16–18)
 
 
 class Plan(NamedTuple):
@@ -86,9 +83,9 @@ def plan(rows, n, dtype, width, max_threads, sms, clusters=False, wide=False):
 
 def filled(rows, n, dtype, width, max_threads, sms):
     """The cluster of :data:`WIDE_THREADS`-thread blocks holding 64 registers of values a
-    thread (float32 32, float64 16, 16-bit pairs 32 — not twice the pairs: 512 × 64
-    float16 values ran 15 % of copy) that holds the row in at most 16 blocks and whose
-    clusters fill the device, or None."""
+    thread (float32 32, float64 16, 16-bit pairs 32 — not twice the pairs, which ran far
+    slower: docs/algorithms/backward.md) that holds the row in at most 16 blocks and
+    whose clusters fill the device, or None."""
     most = max_vpt(dtype, width) * (1 if pairs.packed(dtype, width) else 2)
     size = -(-n // (WIDE_THREADS * most))
     if WIDE_THREADS > max_threads or size > MAX_CLUSTER:

@@ -1,4 +1,4 @@
-"""v6 — split-KV decoding (flash-decoding) with grouped-query heads, merged in the same kernel.
+"""d1 — split-KV decoding (flash-decoding) with grouped-query heads, merged in the same kernel.
 
 A decoder producing a token has, per (batch, query head), Sq = 1 query row (or a few) and a
 KV cache of Sk keys.  The FlashAttention grid of :mod:`numba_softmax.kernels.attention.attention` would give each

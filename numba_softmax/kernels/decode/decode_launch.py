@@ -75,14 +75,10 @@ def tiles_for(units, sms, room=None, d=128, dv=128):
     16 or more (one table read a tile); 3 stages where B·Hkv alone fills the device, 2
     where few blocks are split many ways (B 1).  ``room``: the shared memory a block may
     have (bytes; None: no limit) — where those tiles need more (3 stages at D 128 take
-    204 KB, 2 stages 136 KB: more than the A100's 163 KB or sm_86/sm_89's 99 KB), 2 stages,
-    then fewer warps.  Measured on an H200 (D 128, GQA 32/8,
-    fp16; ``scripts/gpu/decode_tc.py --sweep --quick`` and the twentieth session's runs,
-    NOTES): with the device filled, 8 × 16 × 3 (one block a multiprocessor) beat the
-    sweep's best, 4 × 16 × 3 (two), everywhere — B 16 × 4K 78.7 → 73.5 µs dense, pages of
-    16 / 256 81.2 → 77.4 / 77.5 → 73.2; B 16 × 32K 530 → 521, 544 → 524, 523 → 511;
-    B 64 × 32K 2050 → 2027; B 16 × 128K 2053 → 2044; with B 1 the third stage gained
-    nothing (4K: 16.5 against 16.9 µs; 32K 44.9 / 44.8)."""
+    204 KB, 2 stages 136 KB: more than sm_80's 163 KB or sm_86/sm_89's 99 KB), 2 stages,
+    then fewer warps.  With the device filled, 8 × 16 × 3 (one block a multiprocessor)
+    beats 4 × 16 × 3 (two) at every size timed, dense and paged; with B 1 the third stage
+    gains nothing, so few blocks keep two (docs/algorithms/decode.md, "Tiles")."""
     choices = [dict(warps=w, block_k=16, stages=st) for w, st in
                ((8, 3 if 2 * units >= sms else 2), (8, 2), (4, 2), (2, 2), (1, 2))]
     return launcher.first_fitting(

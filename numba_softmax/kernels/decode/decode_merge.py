@@ -18,27 +18,23 @@ normalised: with one split it is the answer (o, lse); with Z splits it is the pa
 A warp per row folds its Z states (LSE_z, 1) with the combiner's butterfly
 (:func:`.reduce.warp_combine`, lane z holding splits z and z + 32) and leaves each
 split's factor exp(LSE_z − m)/ℓ in shared memory, while every thread's first partials
-are already on their way.  (It was a serial fold by one thread per row behind two
-barriers: the whole kernel at B 1, 8 heads, 1024 keys, 16 splits, float32 took 12.2 µs
-on an H200; then 9.3.)  Then the block's threads split the output into 4-column pieces,
+are already on their way (a serial fold by one thread per row, behind two barriers,
+left those loads waiting).  Then the block's threads split the output into 4-column pieces,
 TPI threads per piece, each reading every TPI-th partial of its piece a batch at a time
 (16-byte loads, all in flight), and the TPI sums meet in shared memory — one round trip
 to L2, not Z of them.
 
 **This code runs once, cold.**  One block a row chunk merges, once, so nothing of it is
-in the instruction cache: its time is largely the fetch of its instructions (H200, B 1 ×
-4K: the merge was 4.3 µs of 16.2, `ncu` put 46 % of its stall samples on instruction
-fetches).  So it is written to compile small: the workspace keeps a row's Z partials in
-adjacent rows — row ((b·Hq + h)·Sq + i)·Z + z of a (B·Hq·Sq·Z, 4·⌈Dv/4⌉) float32 array,
-its LSEs adjacent values of a flat one (:func:`workspace_row`) — so a partial's address
-is one add, where the 4-D index (z·B + b, h, i, c) took ~30 instructions a load; and the
-loops over rows and pieces have constant trip counts, compiled once each; shared-memory
-indices are unsigned (no negative-index fix-ups), here and in the warps' fold every
-block runs at its end.  SASS (sm_90, GQA 32/8, D 128): the merge ~3 500 → ~1 600
-instructions, the block's fold ~1 100 → ~800.  H200: B 1 × 4K 16.3 → 14.3 µs (0.82 →
-0.94× SDPA), 32 splits 24.5 → 20.2, 64 splits 39.6 → 30.4; float32 on CUDA cores (8
-heads × 1024 keys, 16 splits) 9.1 → 7.9 µs (docs/benchmarks/NOTES.md, thirty-fifth
-session).
+in the instruction cache: its time is largely the fetch of its instructions (`ncu` puts
+nearly half of its stall samples on instruction fetches).  So it is written to compile
+small: the workspace keeps a row's Z partials in adjacent rows — row
+((b·Hq + h)·Sq + i)·Z + z of a (B·Hq·Sq·Z, 4·⌈Dv/4⌉) float32 array, its LSEs adjacent
+values of a flat one (:func:`workspace_row`) — so a partial's address is one add, where
+the 4-D index (z·B + b, h, i, c) took ~30 instructions a load; and the loops over rows
+and pieces have constant trip counts, compiled once each; shared-memory indices are
+unsigned (no negative-index fix-ups), here and in the warps' fold every block runs at its
+end: the merge compiles to about half the instructions it took with 4-D indices, and the
+kernel's time falls with it (docs/algorithms/decode.md, "The merge compiled small").
 """
 
 import functools
@@ -200,8 +196,8 @@ def fold_splits(dtype, dv, rows, warps, batch=None):
     ROW_ROUNDS, PIECE_ROUNDS = -(-RB // W), -(-ITEMS * TPI // THREADS)
     OUT_ROUNDS = -(-ITEMS // THREADS)
     # partials a thread loads before it uses any: 32 splits in one round where TPI ≥ 4,
-    # no more (a small call's merge runs its code once: H200, 16 splits of one row, 8 at
-    # a time 9.3 µs, 2 at a time 8.8)
+    # no more (a small call's merge runs its code once, and a longer batch is more code
+    # to fetch: docs/algorithms/decode.md, "Measured")
     BATCH = batch or max(2, min(8, 32 // TPI))
     BUF = 4 * BATCH
     load4 = vector.io(4)[0]

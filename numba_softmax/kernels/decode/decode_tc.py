@@ -1,4 +1,4 @@
-"""v9 — split-KV decoding on tensor cores: every warp its own keys, its own copy pipeline.
+"""d3 — split-KV decoding on tensor cores: every warp its own keys, its own copy pipeline.
 
 The decode kernel of :mod:`.decode` reads the cache at half the device's rate: with one
 query row per head, each lane's share of a score is 8 products, summed over the 16 lanes

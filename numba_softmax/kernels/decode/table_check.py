@@ -9,15 +9,15 @@ read (or, for append, a write) out of bounds.  So every call checks first that
 
 (later entries are not read and may be anything, e.g. −1).
 
-Copying a device table to the host to look at it costs a synchronous copy of the whole
-table and a Python loop over its rows, for every call of a decode that itself takes tens
-of µs.  Here the check is one small kernel on the caller's stream — one block strides over the lengths and
-then over the table's entries, each finding lowers a shared minimum (the first bad
-sequence, the first bad entry in C order) — and the host reads back four numbers.  A
-paged decode queues its kernel right behind the check and reads the numbers after it
-(:func:`launch`, then :func:`read`): the call waits once, for both.  NumPy tables are
-checked with NumPy.  Either way the finding becomes a ``ValueError`` that
-names the entry.
+Copying a device table to the host to look at it would cost a synchronous copy of the
+whole table and a Python loop over its rows on every call of a decode step that is
+itself short.  Here the check is one small kernel on the caller's stream — one block
+strides over the lengths and then over the table's entries, each finding lowers a shared
+minimum (the first bad sequence, the first bad entry in C order) — and the host reads
+back four numbers.  A paged decode queues its kernel right behind the check and reads
+the numbers after it (:func:`launch`, then :func:`read`): the call waits once, for both.
+:func:`numba_softmax.checks.tables` turns the numbers into a ``ValueError`` that names
+the entry (and checks NumPy tables with NumPy).
 """
 
 import functools
@@ -68,19 +68,6 @@ def kernel():
     return check
 
 
-def _host_findings(table, lengths, num_blocks, block_size, new_tokens):
-    """The kernel's four numbers, computed with NumPy."""
-    n_b, width = table.shape
-    ends = lengths.astype(np.int64) + new_tokens
-    bad_b = np.flatnonzero((lengths < 0) | (ends > width * block_size))
-    used = np.arange(width)[None, :] * block_size < np.clip(ends, 0, width * block_size)[:, None]
-    bad_f = np.flatnonzero((used & ((table < 0) | (table >= num_blocks))).ravel())
-    b = int(bad_b[0]) if bad_b.size else n_b
-    f = int(bad_f[0]) if bad_f.size else n_b * width
-    return (b, int(lengths[b]) if b < n_b else 0, f,
-            int(table.ravel()[f]) if f < n_b * width else 0)
-
-
 def launch(table, lengths, num_blocks, block_size, new_tokens=0, stream=0):
     """Queue the check of device arrays ``table`` (B, W) and ``lengths`` (B,) on ``stream``
     (one block); its four numbers land in the stream's workspace for :func:`read`.  Hold
@@ -95,8 +82,8 @@ def launch(table, lengths, num_blocks, block_size, new_tokens=0, stream=0):
 def read(stream=0):
     """The four numbers of the last check queued on ``stream``: waits for the stream.  On
     a GPU one asynchronous copy into page-locked memory kept per (stream, context), then a
-    wait for the stream — a few µs, where Numba's ``copy_to_host`` into a new array and
-    its device look-ups cost ~100."""
+    wait for the stream: the driver's copy, without the new array and the device look-ups
+    that Numba's ``copy_to_host`` adds to every call."""
     if sim.simulator_enabled() or driver.cu is None:
         host = launcher.scratch((4,), np.int64, stream, "table_check").copy_to_host(stream=stream)
         if stream:
@@ -117,11 +104,9 @@ def read(stream=0):
 
 
 def findings(table, lengths, num_blocks, block_size, new_tokens=0, stream=0):
-    """(first bad b, its length, first bad flat entry, its id) of int32 arrays ``table``
-    (B, W) and ``lengths`` (B,): NumPy arrays checked on the host, device arrays by
-    :func:`kernel` (one block; four int64 copied back on ``stream``)."""
-    if isinstance(table, np.ndarray) and isinstance(lengths, np.ndarray):
-        return _host_findings(table, lengths, num_blocks, block_size, int(new_tokens))
+    """(first bad b, its length, first bad flat entry, its id) of int32 device arrays
+    ``table`` (B, W) and ``lengths`` (B,): :func:`launch`, then :func:`read`, under the
+    lock.  (NumPy tables are checked with NumPy: :func:`numba_softmax.checks.table_findings`.)"""
     if table.shape[0] == 0:
         return 0, 0, 0, 0
     with LOCK:  # the four numbers live in a per-stream workspace: one check at a time

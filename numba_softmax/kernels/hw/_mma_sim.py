@@ -15,7 +15,7 @@ import threading
 import numpy as np
 
 from ...runtime.sim import lane_id, warp_exchange
-from .jit import _f32_to_bf16
+from .jit import f32_to_bf16
 
 
 def _f16(word):
@@ -61,7 +61,7 @@ def pack_f16x2(lo, hi):
 
 
 def pack_bf16x2(lo, hi):
-    return _word(_f32_to_bf16(np.float32(lo)), _f32_to_bf16(np.float32(hi)))
+    return _word(f32_to_bf16(np.float32(lo)), f32_to_bf16(np.float32(hi)))
 
 
 def _ldmatrix(trans):

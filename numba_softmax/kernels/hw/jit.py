@@ -72,10 +72,10 @@ def accumulator(dtype):
 
 if simulator_enabled():  # the simulator's libdevice has no bit casts: NumPy views instead
 
-    def _bf16_to_f32(bits):
+    def bf16_to_f32(bits):
         return np.array([np.uint32(bits) << np.uint32(16)], np.uint32).view(np.float32)[0]
 
-    def _f32_to_bf16(x):
+    def f32_to_bf16(x):
         b = int(np.array([x], np.float32).view(np.uint32)[0])
         if (b & 0x7FFFFFFF) > 0x7F800000:
             return np.uint16((b >> 16) | 0x40)
@@ -90,11 +90,11 @@ if simulator_enabled():  # the simulator's libdevice has no bit casts: NumPy vie
 else:
     from .ptx import bf16_rn, f16_bits_to_f32, f32_to_f16_bits
 
-    def _bf16_to_f32(bits):
+    def bf16_to_f32(bits):
         """float32 whose upper 16 bits are ``bits`` (exact: bfloat16 is a truncated float32)."""
         return libdevice.int_as_float(numba.int32(numba.uint32(bits) << numba.uint32(16)))
 
-    def _f32_to_bf16(x):
+    def f32_to_bf16(x):
         """The bfloat16 bits nearest to float32 ``x`` (ties to even; a NaN stays a NaN):
         one ``cvt.rn.bf16.f32`` (:mod:`.ptx`; the simulator's twin above spells it out)."""
         return bf16_rn(numba.float32(x))
@@ -123,8 +123,8 @@ else:
 
 
 exp = device(_exp)
-_bf16_load = device(_bf16_to_f32)
-_bf16_store = device(_f32_to_bf16)
+_bf16_load = device(bf16_to_f32)
+_bf16_store = device(f32_to_bf16)
 _f16_bits_load = device(_f16_bits_to_f32)
 _f16_bits_store = device(_f32_to_f16_bits)
 
@@ -168,7 +168,8 @@ def bits_storer(dtype):
 def _udivmod(a, n):
     """(a // n, a % n) for 0 ≤ a < 2³² and 0 < n < 2³² (indices, counts): one 32-bit
     unsigned division, ~20 instructions, where Numba's int64 ``//`` and ``%`` each cost a
-    64-bit one and Python's sign fix-ups (~60: measurable in a kernel that runs 5 µs)."""
+    64-bit one and Python's sign fix-ups (~60: measurable in a kernel that runs a few
+    microseconds)."""
     x, m = numba.uint32(a), numba.uint32(n)
     q = x // m  # LLVM narrows the division of two zero-extended uint32 to div.u32
     return numba.int64(q), numba.int64(x - q * m)

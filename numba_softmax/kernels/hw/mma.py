@@ -48,8 +48,8 @@ compile-time constants only, so that they stay in registers):
                                     smem[i : i+8] ← src[row, col : col+8] (16 bytes,
                                     asynchronously), or eight zeros when not ``ok``; the
                                     L2 fetches the whole 128-byte line at once (``L2::128B``:
-                                    H200, split-KV decoding, +1–2 % of the read rate;
-                                    ``L2::256B`` gained nothing)
+                                    a small gain in split-KV decoding's read rate,
+                                    docs/algorithms/decode.md; ``L2::256B`` gained nothing)
     cp_async_commit(), cp_async_wait_all()
                                     close a group of copies; wait until all have landed
     cp_async_wait(n)                (a build-time call) the function that waits until at
@@ -100,7 +100,7 @@ else:
 
     _F32, _I32, _I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
 
-    def _asm(builder, ret, args, text, constraints, side_effect=False):
+    def inline_asm(builder, ret, args, text, constraints, side_effect=False):
         fnty = ir.FunctionType(ret, [a.type for a in args])
         return builder.call(ir.InlineAsm(fnty, text, constraints, side_effect=side_effect), args)
 
@@ -117,7 +117,7 @@ else:
         cast = builder.addrspacecast(ptr, ir.PointerType(ptr.type.pointee, space))
         return builder.ptrtoint(cast, ir.IntType(bits))
 
-    def _shared(context, builder, arr_type, arr, i, i_type):
+    def shared_address(context, builder, arr_type, arr, i, i_type):
         """The 32-bit shared-memory address of arr[i], computed in 32 bits (base + 2·i):
         constant parts of i become the instruction's immediate offset."""
         ary = context.make_array(arr_type)(context, builder, value=arr)
@@ -138,7 +138,7 @@ else:
                 ap = [_item(context, builder, at, args[2], [(args[3], ait), r]) for r in range(4)]
                 ops = [builder.load(p) for p in ap] + [args[4], args[5]]
                 ops += [builder.load(p) for p in cp]
-                d = _asm(builder, ir.LiteralStructType([_F32] * 4), ops, text,
+                d = inline_asm(builder, ir.LiteralStructType([_F32] * 4), ops, text,
                          "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3")
                 for r in range(4):
                     builder.store(builder.extract_value(d, r), cp[r])
@@ -157,7 +157,7 @@ else:
                 lo_, hi_ = (context.cast(builder, v, t, types.float32)
                             for v, t in zip(args, sig.args))
                 # cvt.rn.f16x2.f32 d, a, b puts a in the upper half, b in the lower
-                return _asm(builder, _I32, [hi_, lo_], f"cvt.rn.{kind}x2.f32 $0, $1, $2;",
+                return inline_asm(builder, _I32, [hi_, lo_], f"cvt.rn.{kind}x2.f32 $0, $1, $2;",
                             "=r,f,f")
 
             return types.uint32(lo, hi), codegen
@@ -173,9 +173,9 @@ else:
         @intrinsic
         def ldmatrix(typingctx, smem, i):
             def codegen(context, builder, sig, args):
-                addr = _shared(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+                addr = shared_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
                 # volatile, with a memory clobber: it must not move across a barrier
-                d = _asm(builder, ir.LiteralStructType([_I32] * 4), [addr], text,
+                d = inline_asm(builder, ir.LiteralStructType([_I32] * 4), [addr], text,
                          "=r,=r,=r,=r,r,~{memory}", side_effect=True)
                 return context.make_tuple(builder, sig.return_type,
                                           [builder.extract_value(d, r) for r in range(4)])
@@ -190,12 +190,12 @@ else:
     def cp_async16(typingctx, smem, i, src, row, col, ok):
         def codegen(context, builder, sig, args):
             st, it, srct, rt, colt, okt = sig.args
-            dst = _shared(context, builder, st, args[0], args[1], it)
+            dst = shared_address(context, builder, st, args[0], args[1], it)
             ptr = _item(context, builder, srct, args[2], [(args[3], rt), (args[4], colt)])
             ok_ = context.cast(builder, args[5], okt, types.boolean)
             size = builder.select(ok_, ir.Constant(_I32, 16), ir.Constant(_I32, 0))
             # src-size 0: nothing is read, the 16 bytes are zero-filled
-            _asm(builder, ir.VoidType(),
+            inline_asm(builder, ir.VoidType(),
                  [dst, _address(builder, ptr, 1, 64), size],
                  "cp.async.cg.shared.global.L2::128B [$0], [$1], 16, $2;", "r,l,r,~{memory}",
                  side_effect=True)
@@ -203,11 +203,11 @@ else:
 
         return types.void(smem, i, src, row, col, ok), codegen
 
-    def _plain(text):
+    def plain_asm(text):
         @intrinsic
         def op(typingctx):
             def codegen(context, builder, sig, args):
-                _asm(builder, ir.VoidType(), [], text, "~{memory}", side_effect=True)
+                inline_asm(builder, ir.VoidType(), [], text, "~{memory}", side_effect=True)
                 return context.get_dummy_value()
 
             return types.void(), codegen
@@ -218,16 +218,16 @@ else:
     def max_nan(typingctx, a, b):
         def codegen(context, builder, sig, args):
             a_, b_ = (context.cast(builder, x, t, types.float32) for x, t in zip(args, sig.args))
-            return _asm(builder, _F32, [a_, b_], "max.NaN.f32 $0, $1, $2;", "=f,f,f")
+            return inline_asm(builder, _F32, [a_, b_], "max.NaN.f32 $0, $1, $2;", "=f,f,f")
 
         return types.float32(a, b), codegen
 
     @intrinsic
     def st_shared_b32(typingctx, smem, i, word):
         def codegen(context, builder, sig, args):
-            addr = _shared(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+            addr = shared_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
             w = context.cast(builder, args[2], sig.args[2], types.uint32)
-            _asm(builder, ir.VoidType(), [addr, w], "st.shared.b32 [$0], $1;", "r,r,~{memory}",
+            inline_asm(builder, ir.VoidType(), [addr, w], "st.shared.b32 [$0], $1;", "r,r,~{memory}",
                  side_effect=True)
             return context.get_dummy_value()
 
@@ -239,7 +239,7 @@ else:
             ptr = _item(context, builder, sig.args[0], args[0],
                         [(args[n], sig.args[n]) for n in range(1, 5)])
             xs = [context.cast(builder, args[n], sig.args[n], types.float32) for n in (5, 6)]
-            _asm(builder, ir.VoidType(), [_address(builder, ptr, 1, 64)] + xs,
+            inline_asm(builder, ir.VoidType(), [_address(builder, ptr, 1, 64)] + xs,
                  "red.relaxed.gpu.global.add.v2.f32 [$0], {$1, $2};", "l,f,f,~{memory}",
                  side_effect=True)
             return context.get_dummy_value()
@@ -259,21 +259,21 @@ else:
                 at = builder.add(base, ir.Constant(base.type, e))
                 slot = cgutils.get_item_pointer(context, builder, vt, local, [at], wraparound=False)
                 xs.append(context.cast(builder, builder.load(slot), vt.dtype, types.float32))
-            _asm(builder, ir.VoidType(), [_address(builder, ptr, 1, 64)] + xs,
+            inline_asm(builder, ir.VoidType(), [_address(builder, ptr, 1, 64)] + xs,
                  "red.relaxed.gpu.global.add.v4.f32 [$0], {$1, $2, $3, $4};",
                  "l,f,f,f,f,~{memory}", side_effect=True)
             return context.get_dummy_value()
 
         return types.void(arr, i, j, r, c, v, o), codegen
 
-    cp_async_commit = _plain("cp.async.commit_group;")
-    cp_async_wait_all = _plain("cp.async.wait_group 0;")
+    cp_async_commit = plain_asm("cp.async.commit_group;")
+    cp_async_wait_all = plain_asm("cp.async.wait_group 0;")
     _WAITS = {0: cp_async_wait_all}
 
     def cp_async_wait(n):
         """``cp.async.wait_group n`` (n is part of the instruction: one function per n)."""
         if n not in _WAITS:
-            _WAITS[n] = _plain(f"cp.async.wait_group {int(n)};")
+            _WAITS[n] = plain_asm(f"cp.async.wait_group {int(n)};")
         return _WAITS[n]
 
 

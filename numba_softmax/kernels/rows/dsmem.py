@@ -29,7 +29,7 @@ from ...runtime.sim import simulator_enabled
 if simulator_enabled():
     import threading
 
-    from ...runtime.sim_blocks import _grid, _lock  # the running cooperative grid (simulator)
+    from ...runtime.sim_blocks import LOCK, running_grid  # the running cooperative grid (simulator)
 
     def rank(size):
         return threading.current_thread().blockIdx.x % size
@@ -38,16 +38,16 @@ if simulator_enabled():
         pass
 
     def wait():
-        _grid().barrier.wait()  # every thread of every block of the grid
+        running_grid().barrier.wait()  # every thread of every block of the grid
 
     def sync():
-        _grid().barrier.wait()
+        running_grid().barrier.wait()
 
     def store_remote(ary, i, r, size, value):
-        grid = _grid()
+        grid = running_grid()
         me = tuple(threading.current_thread().blockIdx)
         peer = (me[0] - me[0] % size + r,) + me[1:]  # a cluster: consecutive block indices
-        with _lock:
+        with LOCK:
             mine = grid.shared[me]._allocations  # this block's arrays, by source line
             line = next(k for k, v in mine.items() if v is ary)
             theirs = grid.shared[peer]._allocations[line]
@@ -58,7 +58,7 @@ else:
     from numba import types
     from numba.cuda.extending import intrinsic
 
-    from ..hw.mma import _asm, _plain, _shared
+    from ..hw.mma import inline_asm, plain_asm, shared_address
 
     _I32 = ir.IntType(32)
     _STORE = {types.float32: ("f32", "f"), types.float64: ("f64", "d")}
@@ -66,13 +66,13 @@ else:
     @intrinsic
     def rank(typingctx, size):
         def codegen(context, builder, sig, args):
-            return _asm(builder, _I32, [], "mov.u32 $0, %cluster_ctarank;", "=r")
+            return inline_asm(builder, _I32, [], "mov.u32 $0, %cluster_ctarank;", "=r")
 
         return types.uint32(size), codegen
 
-    arrive = _plain("barrier.cluster.arrive.relaxed.aligned;")
-    wait = _plain("barrier.cluster.wait.aligned;")
-    sync = _plain("barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;")
+    arrive = plain_asm("barrier.cluster.arrive.relaxed.aligned;")
+    wait = plain_asm("barrier.cluster.wait.aligned;")
+    sync = plain_asm("barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;")
 
     @intrinsic
     def store_remote(typingctx, ary, i, r, size, value):
@@ -81,10 +81,10 @@ else:
         suffix, constraint = _STORE[ary.dtype]
 
         def codegen(context, builder, sig, args):
-            address = _shared(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+            address = shared_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
             peer = builder.trunc(context.cast(builder, args[2], sig.args[2], types.int64), _I32)
             value = context.cast(builder, args[4], sig.args[4], ary.dtype)
-            _asm(builder, ir.VoidType(), [address, peer, value],
+            inline_asm(builder, ir.VoidType(), [address, peer, value],
                  "{ .reg .b32 %remote; mapa.shared::cluster.u32 %remote, $0, $1; "
                  f"st.shared::cluster.{suffix} [%remote], $2; }}", f"r,r,{constraint},~{{memory}}",
                  side_effect=True)

@@ -5,9 +5,9 @@ A kernel that keeps a row in registers (the one-pass row backward holds VPT valu
 values of each tensor, 64 KB a block of 1024 threads.  Held as 16-bit values, 32 float16
 would take 32 registers each too — the compiler gives every 16-bit value a register of
 its own — so a float16 block moved half the bytes a float32 one did, with the same
-registers, and half the bytes in flight (H200, rows of 65536 over clusters: 61 % of copy
-against 96 %).  Held as the 16-byte vectors' own 32-bit words, two values a register,
-the same 32 registers hold 32 values of each tensor: the same bytes as float32.
+registers, and half the bytes in flight (docs/algorithms/backward.md).  Held as the
+16-byte vectors' own 32-bit words, two values a register, the same 32 registers hold
+32 values of each tensor: the same bytes as float32.
 
 :func:`holder` gives a kernel the register array's type and length and four device
 functions, for either layout::
@@ -83,9 +83,9 @@ def holder(dtype, vpt, width, row_threads, pack=True, pad=0.0, one_test=False):
     ``one_test``: a chunk that lies inside the row is tested once, not once a vector,
     and each vector is then a constant offset from the first (``row_threads`` is a
     compile-time constant).  The forward's held rows ask for it (:func:`.chunk.held`).
-    The row backward does not: with it, on an H200, its 16-bit rows of 1024 values fell
-    from 90.6 to 85.7 % of a copy, and float32 1024 × 65536 from 96.8 to 93.1
-    (``docs/benchmarks/NOTES.md``, forty-first session)."""
+    The row backward does not: with it, ptxas gives its kernels more registers and the
+    512-thread cluster blocks fit fewer to a multiprocessor (docs/algorithms/backward.md,
+    "Measured")."""
     if not (pack and packed(dtype, width)):
         return _singles(dtype, vpt, width, row_threads, pad, one_test)
     to_acc, to_bits = jit.bits_loader(dtype), jit.bits_storer(dtype)

@@ -1,13 +1,13 @@
-"""v7 — a row held on chip by a thread-block cluster: rows a few multiprocessors long.
+"""s8 — a row held on chip by a thread-block cluster: rows a few multiprocessors long.
 
-``onchip`` (v5) parks a row in one block's shared memory; a row of 65536 float32 values
-(256 KB) is more than a multiprocessor has.  ``group`` (v6) cuts it over blocks that meet
+``onchip`` (s6) parks a row in one block's shared memory; a row of 65536 float32 values
+(256 KB) is more than a multiprocessor has.  ``group`` (s7) cuts it over blocks that meet
 through a counter in global memory — an atomic, a spin on L2, a fence: microseconds a
-row in which the block moves no bytes (H200: the same kernel with the group barrier
-removed, wrong but timed, ran 74 % of copy against 68 %).  Hopper (sm_90) launches blocks
-in *clusters* that the hardware runs at once on one GPC, whose blocks may write into each
-other's shared memory and meet at a hardware barrier.  Here a cluster of ``size`` blocks
-takes one row, and no byte of the exchange touches global memory:
+row in which the block moves no bytes (the same kernel with the group barrier removed,
+wrong but timed, runs measurably faster: docs/algorithms/cluster.md).  Hopper (sm_90)
+launches blocks in *clusters* that the hardware runs at once on one GPC, whose blocks
+may write into each other's shared memory and meet at a hardware barrier.  Here a
+cluster of ``size`` blocks takes one row, and no byte of the exchange touches global memory:
 
     1. read      block b parks x[row, b·piece : (b + 1)·piece] in its shared memory and
                  folds it into (m_b, ℓ_b) — ``onchip``'s pass 1 on a piece;
@@ -20,17 +20,16 @@ takes one row, and no byte of the exchange touches global memory:
 A block may hold its piece in *registers* instead (``fused``'s way: T threads × VPT
 values, the state taken with ``exps`` so that the write is one multiply a value,
 :mod:`.chunk`): 8 blocks of 1024 threads × 32 values hold 262 144 float32 values — rows
-whose shared-memory pieces would be 128 KB, where that form runs 61 % of copy and this
-one 74.7 % (H200).  float32 rows take registers wherever full blocks of 1024 threads × 32
-values hold them and the rows make 8 waves of such blocks (:func:`configure`):
-1024 × 65 536 in 2 blocks ran 87.9 % of copy against 86.0 % parked in 8,
-512 × 131 072 in 4 blocks 82.7 % against 80.9 (H200; 8 blocks of 256 threads' registers
-had run 80.4 %).  The fewer a cluster's blocks, the faster: the same blocks of 1024 × 32
-values ran 87.9 %, 82.7 % and 75.1 % in clusters of 2, 4 and 8.  Neither fewer, larger
-pieces (registers and shared memory together: 72 % in clusters of 1 and 2) nor a
-persistent grid of clusters walking rows with the next piece in flight (59 %) did better
-(``docs/benchmarks/NOTES.md``, nineteenth session).  16-bit rows park in shared memory
-below :data:`SHARED_PIECE_MAX` (their register pieces measured slower).
+whose shared-memory pieces would be 128 KB, where a piece that large leaves one block a
+multiprocessor and the registers' form is the faster.  float32 rows take registers
+wherever full blocks of 1024 threads × 32 values hold them and the rows make 8 waves of
+such blocks (:func:`configure`): a register piece is read once and written from where it
+was read, with no shared-memory stores between.  The fewer a cluster's blocks, the
+faster.  Neither
+fewer, larger pieces (registers and shared memory together) nor a persistent grid of
+clusters walking rows with the next piece in flight did better.  16-bit rows park in
+shared memory below :data:`SHARED_PIECE_MAX` (their register pieces were the slower).
+The figures behind each choice: docs/algorithms/cluster.md, "Measured".
 
 Memory traffic: read N·b, write N·b (the minimum); shared memory a block: its piece,
 padded as ``onchip`` pads a row (none for pieces in registers).  No persistent loop and
@@ -63,13 +62,13 @@ from ..rows.reduce import team_combine
 MAX_SIZE = 8  # blocks a cluster (the portable cluster size)
 PIECE_BYTES = 32 * 1024  # a block's piece, aimed at: ~6 blocks a multiprocessor
 VALUES_PER_THREAD = 32  # threads = piece / this (256 for a 32 KB float32 piece)
-BYTES_16 = 256  # … and piece bytes / this for 16-bit pieces (H200, float16 256 × 262 144,
-# 64 KB pieces in pairs: 256 threads 68.8 % of copy, 512 61.8 %, 1024 46.5 %)
+BYTES_16 = 256  # … and piece bytes / this for 16-bit pieces (held in pairs; narrower blocks
+# ran the faster: docs/algorithms/cluster.md, "Measured")
 REGISTER_VPT = 32  # float32 values a thread holds when its block's piece is in registers
 REGISTER_WAVES = 8  # float32 register pieces (a block a multiprocessor) where the rows
-# give at least this many waves of them (measured at 15.5: 1024 × 65 536 in clusters of 2)
-SHARED_PIECE_MAX = 64 * 1024  # larger pieces go to registers where they fit (H200: 128 KB
-# pieces in shared memory ran 61 % of copy, the same rows in registers 74.7 %)
+# give at least this many waves of them (the threshold: docs/algorithms/cluster.md)
+SHARED_PIECE_MAX = 64 * 1024  # larger pieces go to registers where they fit (a larger
+# shared-memory piece leaves one block a multiprocessor, with nothing to cover its waits)
 
 
 @functools.cache

@@ -8,8 +8,8 @@ each on-chip kernel wins (:func:`.methods.choose` holds the rule, this module th
     save(device_name, entries)      keep a fitted entry for this machine's ``auto``
 
 Two files, read once a process: the table shipped with the package (``crossovers.json``
-beside this module: the default entry, measured on an H200, and entries of other devices
-measured with the project's GPUs), and the *user's* table — written by
+beside this module: the default entry and entries of other devices, measured with the
+project's GPUs), and the *user's* table — written by
 ``numba-softmax bench --crossovers`` on the user's own GPU — whose entries take
 precedence.  It lives at ``$NUMBA_SOFTMAX_CROSSOVERS`` if set, else
 ``$XDG_CACHE_HOME/numba_softmax/crossovers.json`` (``~/.cache/…``); delete it to go back to

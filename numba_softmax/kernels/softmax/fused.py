@@ -1,4 +1,4 @@
-"""v2 — fused softmax: the row stays on chip.  One read and one write per element.
+"""s4 — fused softmax: the row stays on chip.  One read and one write per element.
 
 A team of T threads per row (:mod:`.chunk`), each holding VPT values in registers: the
 whole row is one chunk of up to T·VPT values.  Thread t owns the vectors starting at
@@ -62,14 +62,12 @@ def kernel(dtype, vpt, mode, width, team, trace=False, pack=True, registers=None
 
     # float32 softmax keeps exp(v − m_t) in place of v (m_t: the thread's own max), so the
     # write is one multiply a value — one exp a value, not two (log-softmax and logsumexp
-    # need no exps kept).  H200, float32, % of a same-size copy, kept against recomputed
-    # (both with launch bounds): 2048 × 16384 (512 × 32) 95.0 against 81.4, 16384 × 1024
-    # 98.4–98.6 against 97.4–97.8, 4096 × 8192 unchanged (95.5–96.6).  16-bit values held
-    # in pairs keep theirs too, in a float32 array e: the pairs die as e fills, so e
-    # takes the registers the float32 row would (ptxas: 64, no spills, 54 MUFU where the
-    # second exp took 85).  H200, float16, % of a same-size copy, kept against taken twice
-    # (two runs each): 4096 × 8192 96.5–96.6 against 91.5–91.8, 2048 × 16384 90.0–90.1
-    # against 83.1–83.2, 8192 × 4096 97.2–97.3 against 95.0–95.1 (bfloat16 the same).
+    # need no exps kept): the second exp would cost a special-function instruction a value
+    # on the path of a kernel that is otherwise bound by memory.  16-bit values held in
+    # pairs keep theirs too, in a float32 array e: the pairs die as e fills, so e takes the
+    # registers the float32 row would (ptxas: no more registers, no spills, a third fewer
+    # MUFU than with the second exp).  Measured: docs/algorithms/fused.md, "Float32: the
+    # exps kept in place".
     if keep:
         @jit.device
         def thread_state(h, e):
@@ -133,23 +131,21 @@ def kernel(dtype, vpt, mode, width, team, trace=False, pack=True, registers=None
 
 REGISTERS = 64
 """Registers a thread of a kernel holding its values in pairs or its float32 exps: 1024
-threads a multiprocessor, whatever the team.  (Left alone, ptxas gave a float16 row held
-in pairs 80 registers at 512 × 32 — one block a multiprocessor: 56 % of copy at
-2048 × 16384, H200; held to 64, 83 % (one value a register, 63: 71 %); held to 40 (three
-blocks), it spilled: 42 %.  Float32 kept exps at 2048 × 16384: 86.7 % left alone, 95.0
-held to 64.)  The cap is ``max_registers``, not launch bounds: bounds of 448 threads × 2
-blocks allow 72 registers, with which ptxas spilled 76 bytes where 64 spill none
-(float32 2048 × 14336: 81.8 % of copy against 95.9 in teams of 512)."""
+threads a multiprocessor, whatever the team.  (Left alone, ptxas gives a float16 row held
+in pairs at 512 × 32 more registers than that — one block a multiprocessor, half the
+bytes in flight; held to fewer, so that three blocks fit, it spills.)  The cap is
+``max_registers``, not launch bounds: bounds of 448 threads × 2 blocks allow 72
+registers, with which ptxas spilled 76 bytes where 64 spill none.  Measured:
+docs/algorithms/fused.md, "Measured"."""
 
 
 WIDE = ((4096, 8, 32), (12288, 16, 40))
 """Float32 softmax rows longer than 2048 values: (longest row, values a thread, registers).
 Up to 12288 values, a row that is a power of two long or not a whole number of 1024-value
 pieces gets a wider team than :func:`default_team`'s (8 or 16 values a thread, not 32),
-held to fewer registers, so that a multiprocessor keeps more warps resident.  H200, % of
-a copy of the same bytes: 8192 × 4096 96.8 → 97.7 (the Triton tutorial 97.6), 4096 ×
-8192 96.1 → 96.8 (97.1), 1024 × 12000 89.4 → 92.4; but 1638 × 10240 97.5 → 96.1, so
-rows of whole 1024-value pieces other than a power of two keep the default team.  The
+held to fewer registers, so that a multiprocessor keeps more warps resident.  Rows of
+whole 1024-value pieces other than a power of two lost by it, so they keep the default
+team.  The
 measurements and the ``ncu`` profile behind them: ``docs/algorithms/fused.md``, "Wide
 float32 teams"."""
 
@@ -183,10 +179,10 @@ def configure(x, y, mode, threads=None, vpt=None, rows_per_block=None, max_threa
     (:func:`.launcher.max_threads`), capped by ``max_threads``; a row that does not fit
     raises ``ValueError``.  ``pack`` (default: where :func:`.pairs.packed`; False: never):
     float16 / bfloat16 held two to a register, the same values a thread in half the
-    registers (:data:`REGISTERS`).  (H200, 16384 × 1024: a
-    warp a row in blocks of one warp ran 98.2 % of copy in float32 and 90.1 % in float16,
-    against 97.0 / 88.2 % in blocks of four; float16 8192 × 2048: 64 threads × 32 values
-    83.3 %, 128 × 16 81.0 %.)"""
+    registers (:data:`REGISTERS`).  (A warp a row runs in blocks of one warp, which the
+    multiprocessor packs more tightly than blocks of four; a team holds as many values a
+    thread as it can, so the fewest threads hold a row: docs/algorithms/fused.md,
+    "Measured".)"""
     rows, n = x.shape
     width = vector.vector_width(x) if mode == LOGSUMEXP else vector.vector_width(x, y)
     pack = pairs.packed(x.dtype, width) and pack is not False
@@ -230,8 +226,7 @@ def max_vpt(threads, dtype=np.float32):
     """Values one thread may hold: ``MAX_VPT`` (half as many float64), or half of that in
     a team of more than 512 threads, where the register file (64K per multiprocessor)
     leaves each thread 64 registers.  (16-bit values held in pairs take half the
-    registers, but 64 a thread measured slower: H200, float16 2048 × 16384, 256 × 64 in
-    pairs 25 % of copy against 83 % for 512 × 32.)"""
+    registers, but 64 a thread spill: docs/algorithms/fused.md, "16-bit rows".)"""
     most = MAX_VPT * 32 // jit.accumulator(dtype).bitwidth
     return most if threads <= 512 else most // 2
 

@@ -1,8 +1,8 @@
-"""v6 — a row held on chip by a group of blocks: rows too long for one multiprocessor.
+"""s7 — a row held on chip by a group of blocks: rows too long for one multiprocessor.
 
 A row of 1M float32 values is 4 MB; one multiprocessor holds at most ~227 KB.  Cut the
 row into ``size`` pieces and give each to a block of a *group* that keeps its piece in
-shared memory, as v5 (:mod:`.onchip`) keeps a whole row:
+shared memory, as s6 (:mod:`.onchip`) keeps a whole row:
 
     1. read     block b of the group reads its piece, folds it into (m_b, ℓ_b) and parks
                 it in shared memory — then streams its share of whatever does not fit
@@ -22,7 +22,8 @@ running: the kernel is a cooperative launch (it calls ``cuda.cg.this_grid()``), 
 the driver refuses unless every block fits at once — never a hang.
 
 Memory traffic: read N·b, write N·b while the row fits in the group's shared memory
-(``size`` × 52 KB on an H100, four blocks a multiprocessor: the whole chip holds 28 MB);
+(``size`` × a quarter of a multiprocessor's shared memory, four blocks a multiprocessor:
+the whole chip holds tens of MB);
 beyond that read the spilled part
 twice (``spill``·size·b more, less what the re-read finds in L2), plus 8·size² bytes of
 workspace per row.  The docs chapter draws the exchange.

@@ -7,14 +7,14 @@
 
 The kernels, from the textbook to the roofline (each a chapter of the docs):
 
-    three_pass  v1  max, sum, normalise: 3 reads + 1 write        any row
-    fused       v2  the row in registers: 1 read + 1 write        ≤ 16K float32 values
-    online      v3  (m, ℓ) in one pass, then normalise: 2 + 1     any row
-    split       v4  online, several blocks per row, two launches  any row, few rows
-    onchip      v5  the row in shared memory: 1 + 1               ≤ one block's shared memory
-    group       v6  the row in a group of blocks' shared memory   any row (re-reads what
+    three_pass  s2  max, sum, normalise: 3 reads + 1 write        any row
+    online      s3  (m, ℓ) in one pass, then normalise: 2 + 1     any row
+    fused       s4  the row in registers: 1 read + 1 write        ≤ 16K float32 values
+    split       s5  online, several blocks per row, two launches  any row, few rows
+    onchip      s6  the row in shared memory: 1 + 1               ≤ one block's shared memory
+    group       s7  the row in a group of blocks' shared memory   any row (re-reads what
                     (cooperative launch, (m, ℓ) exchanged)        does not fit on chip)
-    cluster     v7  the row in a thread-block cluster's shared    ≤ 8 blocks' shared memory
+    cluster     s8  the row in a thread-block cluster's shared    ≤ 8 blocks' shared memory
                     memory or registers, (m, ℓ) exchanged         (sm_90 and newer)
                     between blocks
 
@@ -34,15 +34,13 @@ module, and the user's own measurements on top):
    rows, when half of one block's shared memory holds the row;
 4. ``onchip`` for such a short row elsewhere;
 5. ``online`` for float16 and bfloat16 rows when there are rows for three quarters of
-   the multiprocessors (H200, % of copy, ``online`` / ``group`` / ``split``: bfloat16
-   × 1M at 96 rows 58.0 / 54.6 / 55.5, 128 rows 62.6 / 50.7 / 55.4, 256 rows 63.5 /
-   51.0 / 58.5; 64 rows 46.8 / 50.8 / 54.1) — in 16 bits ``group``'s one read costs more
-   instructions than ``online``'s two reads cost bytes; in float32 the two tie there
-   (64.1 / 63.7 at 128 rows) and ``group`` wins with fewer rows;
+   the multiprocessors — in 16 bits ``group``'s one read costs more instructions than
+   ``online``'s two reads cost bytes; in float32 the two tie there and ``group`` wins
+   with fewer rows (``docs/algorithms/auto.md``, "The rule");
 6. else ``group``.
 
-A device not in the table gets the ``default`` entry, measured on the H200
-(``docs/algorithms/auto.md``), with ``onchip`` scaled to its shared memory per
+A device not in the table gets the ``default`` entry, measured on one of the project's
+GPUs (``docs/algorithms/auto.md``), with ``onchip`` scaled to its shared memory per
 multiprocessor.
 
 **Regenerating the table.**  ``numba-softmax bench --crossovers`` times ``fused``,
@@ -78,11 +76,9 @@ help from the caches: the traffic bound that the benchmark's "% of bound" divide
 
 FULL = 0.8
 """The share of a multiprocessor's register slots (:func:`.fused.fill`) rows must fill for
-``fused`` past its ``fused`` bytes (H200, 528 and 2048 rows, % of a same-size copy: float32
-rows of 9216, 10240, 14336 and 16384 values, 84–100 % full in teams of whole warps, ran
-``fused`` at 89–96 % against ``onchip``'s 78–91; rows of 11264 and 12288, 69 and 75 %
-full, ran 84–95 against 92–95; float16 10240 and 14336 values 77–85 against ``cluster``'s
-67–73, 12288 73–78 against 77–81)."""
+``fused`` past its ``fused`` bytes: float32 rows of 9216, 10240, 14336 and 16384 values
+fill 84–100 % in teams of whole warps and run ``fused`` faster than ``onchip``; rows of
+11264 and 12288, 69 and 75 % full, do not (``docs/algorithms/auto.md``, "Measured")."""
 
 
 def crossovers(limits, itemsize=4):

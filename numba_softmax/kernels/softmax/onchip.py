@@ -1,13 +1,13 @@
-"""v5 — a row held on chip: one block per row, the row parked in shared memory.
+"""s6 — a row held on chip: one block per row, the row parked in shared memory.
 One read and one write per element, for rows far longer than registers hold.
 
-The fused kernel (v2) keeps a row in registers: at most 1024 threads × 16 values, 64 KB
+The fused kernel (s4) keeps a row in registers: at most 1024 threads × 16 values, 64 KB
 of float32.  A multiprocessor also has up to 227 KB of shared memory a block may opt in
-to (H100), so a row of up to ~58 000 float32 (116 000 float16) values fits in one block:
+to (sm_90), so a row of up to ~58 000 float32 (116 000 float16) values fits in one block:
 
     pass 1  the block reads the row in chunks of T·VPT values (16-byte vectors, all of a
             chunk's loads in flight), each thread folds its values into its running
-            (m, ℓ) — the online step of v3 — and *parks* them in shared memory;
+            (m, ℓ) — the online step of s3 — and *parks* them in shared memory;
     combine the block's (m, ℓ): warp butterfly, then across warps (:mod:`.reduce`);
     pass 2  each thread takes its parked values back, normalises them, writes them.
 
@@ -18,7 +18,7 @@ and only the thread that parked a value ever reads it back: no barrier is needed
 between the passes, nor between rows.  Values are parked in the row's own dtype
 (float16 and bfloat16 take half the room of their float32 accumulators).
 
-Memory traffic: read N·b, write N·b — the minimum, as for v2.  Shared memory per block:
+Memory traffic: read N·b, write N·b — the minimum, as for s4.  Shared memory per block:
 T·S·b, N·b rounded up to T·W values plus one value per thread; a row longer than one
 block's shared memory does not fit and is refused (``group`` splits it over several
 blocks, :mod:`.group`).  T is a compile-time constant here, like the fused kernel's

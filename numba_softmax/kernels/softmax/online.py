@@ -1,4 +1,4 @@
-"""v3 — two-pass online softmax: rows of any length.  Two reads and one write per element.
+"""s3 — two-pass online softmax: rows of any length.  Two reads and one write per element.
 
 A team of threads per row (:mod:`.chunk`) streams the row chunk by chunk, C = team·VPT
 values a chunk: where rows fill the device, as wide as gives each thread 128 bytes of the
@@ -15,8 +15,8 @@ wide as one chunk; at most the whole block (:func:`configure`).
 Memory traffic: read 2·N·b, write N·b (3·N·b), against 4·N·b for the three-pass kernel
 — the max pass and the sum pass are fused into one (source: the Triton two-pass online
 softmax in the sources, for rows too long for on-chip memory).  A short row is one
-chunk, re-read a moment later from L1, so it costs 2·N·b from DRAM, like seed 001's
-Triton kernel; a long row's tail is re-read from L2.  Nothing is held on chip between
+chunk, re-read a moment later from L1, so it costs N·b from DRAM, like a kernel that
+holds the row; a long row's tail is re-read from L2.  Nothing is held on chip between
 passes but the two numbers (m, ℓ), so the row length is unbounded.
 NumPy twin: :func:`numba_softmax.reference.online_softmax` (``block`` = C).
 """
@@ -35,13 +35,9 @@ from ..rows.reduce import team_combine
 VECTORS = 2  # 16-byte vectors per thread per chunk (the kernels that share the stream)
 VALUES = 16  # online's own launch where rows fill the device: values a thread a chunk …
 ROW_BYTES = 128  # … and a team no wider than gives each thread this much of its row
-# (H200, docs/benchmarks/team-launch-nvidia-h200.txt, % of a same-size copy, against one
-# chunk a team at 2 vectors a thread: float32 16384 × 1024 62.8 → 90.4, 4096 × 8192 45.1 →
-# 87.5, 2048 × 16384 60.2 → 82.7, 1024 × 65536 66.9 → 73.1; float16 16384 × 1024 46.5 →
-# 65.0, 4096 × 8192 41.1 → 63.4; bfloat16 2048 × 16384 36.5 → 62.7; 16-bit rows of 65536
-# and more unchanged.  Narrower teams put more blocks on a multiprocessor, and pass 2
-# re-reads chunks just read.  With few rows they cost parallelism: 37 × 1128 float32
-# 47.8 → 29.6 in teams of 32, so not there)
+# (narrower teams put more blocks on a multiprocessor, and pass 2 re-reads chunks just
+# read; with few rows they cost parallelism, so they are used only where rows fill the
+# device: the figures are in docs/algorithms/online.md)
 
 
 @functools.cache

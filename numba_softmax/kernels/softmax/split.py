@@ -1,7 +1,7 @@
-"""v4 — split-row softmax: several blocks per row, for few, very long rows.
+"""s5 — split-row softmax: several blocks per row, for few, very long rows.
 
-With one block per row, 1 row × 16M values keeps one multiprocessor busy and leaves the
-other 131 idle.  Cut each row into S pieces, one block each (a grid of rows × S):
+With one block per row, 1 row × 16M values keeps one multiprocessor busy and leaves every
+other one idle.  Cut each row into S pieces, one block each (a grid of rows × S):
 
     kernel 1  block (r, s) streams piece s of row r with the online pass of
               :mod:`.online` and writes the piece's (m, ℓ) to a small workspace
@@ -12,9 +12,10 @@ other 131 idle.  Cut each row into S pieces, one block each (a grid of rows × S
               start first take the pieces kernel 1 read last, the likeliest still in L2.
 
 Memory traffic: read 2·N·b, write N·b, plus the workspace — less where the re-read
-hits L2 (up to its size, 50 MB on an H100, of the last pieces read).  The launch boundary between
-the two kernels is the grid-wide barrier.  This is the online merge of the sources used
-across blocks instead of across threads (and the same shape as split-KV decoding).
+hits L2 (up to its size — tens of MB on a data-centre GPU — of the last pieces read).
+The launch boundary between the two kernels is the grid-wide barrier.  This is the
+online merge of the sources used across blocks instead of across threads (and the same
+shape as split-KV decoding).
 NumPy twin: :func:`numba_softmax.reference.merge_chunks` (chunks = pieces).
 """
 

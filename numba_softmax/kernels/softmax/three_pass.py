@@ -1,4 +1,4 @@
-"""v1 — three-pass safe softmax: the textbook algorithm, one pass over memory per step.
+"""s2 — three-pass safe softmax: the textbook algorithm, one pass over memory per step.
 
 A team of threads per row (:mod:`.chunk`: a warp for short rows, the whole block for
 long ones), reading the row in chunks of team·VPT values, 16 bytes at a time.
@@ -29,10 +29,9 @@ from ..rows.reduce import team_combine
 
 VECTORS = 2  # 16-byte vectors per thread per chunk: 32 bytes in flight per thread
 VALUES, SHORT_BYTES = 16, 64 * 1024  # short rows: 16 values a thread, two chunks a team
-# (H200, docs/benchmarks/team-launch-nvidia-h200.txt, % of a same-size copy, against one
-# chunk a team: float32 16384 × 1024 43.4 → 76.4, 4096 × 8192 34.4 → 68.5; float16
-# 16384 × 1024 38.3 → 56.4, 4096 × 8192 34.7 → 47.9; bfloat16 2048 × 16384 28.3 → 43.5;
-# longer rows lost: 1024 × 65536 56.3 → 48.4 in the sweep the rule came from)
+# (a narrower team leaves more blocks on a multiprocessor, and its second and third passes
+# re-read a chunk it has just read, from L1; longer rows lose by it, so they keep one chunk
+# a team: the figures are in docs/algorithms/three_pass.md)
 
 
 @functools.cache

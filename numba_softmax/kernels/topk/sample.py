@@ -1,4 +1,4 @@
-"""Sampling one token per row, in one read of the logits, reproducible from a seed.
+"""t2 — sampling one token per row, in one read of the logits, reproducible from a seed.
 
 The decoder's last step: temperature → top-k → top-p → draw.  With ``top_k`` it is the
 fused top-k of :mod:`.topk` with a different ending — the row's sorted top-k list stays in

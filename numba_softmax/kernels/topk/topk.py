@@ -1,4 +1,4 @@
-"""Fused softmax + top-k: the k most probable tokens of each row in one read of the logits.
+"""t1 — fused softmax + top-k: the k most probable tokens of each row in one read of the logits.
 
 ``torch.topk(torch.softmax(x / T, -1), k)`` reads the row three times and writes it once
 (max, sum, normalise, then a radix select over the probabilities).  Milakov & Gimelshein
@@ -17,17 +17,18 @@ Four layouts (:func:`choose`):
 * *a block per row* for long rows when there are enough of them to fill the device;
 * *the threshold filter* (:mod:`.topk_filter`), a block per row keeping only what beats
   its k-th best so far — only for a plan that asks for it: since the warps' lists share
-  a floor and buffer their candidates it is no faster anywhere measured (B 64–256);
+  a floor and buffer their candidates it is no faster at any size timed (B 64–256);
 * *split*: few long rows (B = 1 in decoding) cut into S pieces, one block each; kernel 1
   writes each piece's state (m, ℓ, k values, k indices) to a workspace, kernel 2 merges a
   row's S states and writes.  The launch boundary is the grid-wide barrier — or
   (``Plan.fused``) the last piece of a row to finish merges it in the same launch (an
   atomic ticket: :func:`.sync.last_to_finish`).  For a few rows (B 1 … 32) both kernels
   select by radix (:mod:`.topk_select`: a cost that does not follow k), in two launches
-  (fused measured slower there); from a quarter of the multiprocessors' count of rows,
+  (fused was the slower there); from a quarter of the multiprocessors' count of rows,
   a row's 2–4 pieces keep the sorted lists (:mod:`.topk_rows`,
-  :func:`.topk_state.pieces_state`) and merge in the last piece (3–4 µs less than a
-  second kernel).  Sampling's perturbed values keep the lists' two kernels.
+  :func:`.topk_state.pieces_state`) and merge in the last piece (faster than a second
+  kernel: ``docs/algorithms/topk.md``, "Where the last piece does merge").  Sampling's
+  perturbed values keep the lists' two kernels.
 
 Memory traffic: read N·b once; write k·(b + 8) per row (+ the split workspace, S·k·8 per
 row).  Values come out in the input's dtype (probabilities; bfloat16 as uint16 bits),
@@ -51,16 +52,14 @@ from .topk_state import WARP
 MERGE_THREADS = 512  # the split path's merge block (at most)
 RADIX_MERGE_THREADS = 512  # the radix merge's block: its S·k entries in registers …
 RADIX_MERGE_PER_THREAD = 16  # … at most this many a thread (choose keeps S·k below)
-# (H200, B 1 × 128256 in 63 pieces: k 50 22.4 µs against 22.8 with 1024 threads, k 128
-# 34.6 against 35.0; B 1 × 262144, k 50: 25.7 against 26.7; 256 threads were slower at
-# k ≥ 50, 128 threads at every k)
+# (512 threads beat 1024, 256 and 128 for k ≥ 50: docs/algorithms/topk.md, "Selection by
+# radix")
 RADIX_BLOCKS = 2  # radix pieces per multiprocessor at once (~90 registers a thread) …
-RADIX_WAVES = 2  # … and at most two such waves (H200, B 16 × 128256, k 50: 47.5 µs, the lists 61)
+RADIX_WAVES = 2  # … and at most two such waves (beyond, the lists are the faster)
 WAVE_THREADS = 512  # a radix split whose pieces fit one wave: blocks of 512 threads
-# holding 4 (else 8, 16) values a thread (H200, B 1 × 128256, k 50: 23.0 µs against 24.0
-# for 256 × 8; B 4: 512 × 8 24.1 against 26.5) — 16-bit values (one 8-wide vector a
-# thread) in half the threads, the same pieces (bfloat16 B 1 × 128256, k 50: 256 × 8 × 63
-# 23.9 µs against 26.3 for 512 threads holding half-empty vectors, 25.0 for 512 × 8 × 32)
+# holding 4 (else 8, 16) values a thread — 16-bit values (one 8-wide vector a thread) in
+# half the threads, the same pieces, rather than 512 threads holding half-empty vectors
+# (docs/algorithms/topk.md, "Measured")
 LISTS_SPLIT_THREADS = 512  # the pieces' block where rows are a quarter to one per SM
 
 
@@ -96,20 +95,15 @@ def choose(rows, n, k, dtype, width, limits, radix=False):
     16-bit values: 256 × 8) where every piece gets a multiprocessor of its own; else of
     256 threads × 8 values (16 where more pieces would not run in two waves); the merge's
     S·k entries must fit its registers; where nothing fits, the lists.  (``Plan.fused``,
-    the merge in the same launch, is never chosen: H200, B 1 × 128256, k 50, 512 × 4:
-    23.8 µs fused against 23.0 in two kernels; k 8 17.9 against 18.2; B 1 × 32000, k 50:
-    21.2 against 20.1.)
+    the merge in the same launch, is never chosen here: it was no faster than two
+    kernels, ``docs/algorithms/topk.md``, "Selection by radix".)
     With ``radix`` and between a quarter of and as many rows as multiprocessors: the
     lists, each row in ⌊SMs/rows⌋ pieces of :data:`LISTS_SPLIT_THREADS` (one wave: a
-    piece a multiprocessor), each piece about 2 chunks of its block or more (H200, B 64:
-    2 pieces of 512 at V 128256–262144, 5–13 % ahead of a block a row; both 1.0–2.8×
-    the threshold filter; B 48 × 128256, k 50: 3 pieces a row — 144, a second wave —
-    80.0 µs in float32 and 84.7 in bfloat16, 2 pieces 51–55 µs), the last piece of a
-    row merging it (``fused``: H200, B 48–64 × 128256–262144, 3–4 µs less than a second
-    kernel in every case — bfloat16 B 64 × 128256, k 50: 50.5 → 46.8 µs).  With that
-    merge, pieces of 1.95 chunks win too (B 64 × 32000, k 50: 33.7 → 31.4 µs in
-    bfloat16, 33.6 → 32.0 in float32, k 8 within 0.4 µs; × 64000: 42.3 → 38.1, k 8
-    27.0 → 23.3), where two kernels had lost by 13 %.
+    piece a multiprocessor; rounding up to a second wave loses), each piece about 2
+    chunks of its block or more, the last piece of a row merging it (``fused``: less
+    than a second kernel in every case timed).  With that merge, pieces of 1.95 chunks
+    win too, where two kernels had lost.  The figures: ``docs/algorithms/topk.md``,
+    "Where the last piece does merge".
     """
     sms, max_threads = limits.sms, min(limits.max_threads, 512)
     vpt = min(4 * width, 16) if width > 1 else 8  # 16 keeps float16 in registers

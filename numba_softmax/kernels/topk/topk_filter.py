@@ -48,7 +48,7 @@ WARP = 32
 
 def chunk_values(dtype, width):
     """Values a thread loads per chunk: 8 (two 16-byte loads of float32, one of a 16-bit
-    type; 16 measured slower on an H200), at least the vector width."""
+    type; 16 were the slower), at least the vector width."""
     return max(8, width)
 
 

@@ -30,7 +30,7 @@ from ..hw.warp import ballot, shfl2
 
 WARP = 32
 BUFFER = 4 * WARP  # a warp's candidate buffer: under 32 waiting + a chunk's usual candidates
-# (H200, B 64 × 32000, k 50: with 2·32, three chunks in ten overflowed into the slow path)
+# (with 2·32, a common row overflowed into the slow path every few chunks)
 
 
 @functools.cache

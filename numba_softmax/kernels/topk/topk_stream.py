@@ -34,8 +34,8 @@ def loads(dtype, vpt, width):
     the vectors' 32-bit words, two values a register, loaded by one 16-byte load
     (:func:`.vector.words`): NVPTX splits a vector of eight 16-bit values into two 8-byte
     loads, each of which touches every sector of the warp's 512 bytes and uses half of
-    it (H200, B 1024 × 128256, k 8: L1 hit rate 50 %, half the stalls on those loads;
-    ``docs/benchmarks/NOTES.md``).  Other cases hold one stored value a slot."""
+    it (``docs/algorithms/topk.md``, "16-bit rows: one 16-byte load, not two").  Other
+    cases hold one stored value a slot."""
     if not pairs.packed(dtype, width):
         stored = vector.storage_type(dtype)
         load, (load_row, _) = jit.loader(dtype), vector.raw_row_io(width)
@@ -113,8 +113,8 @@ def stream(dtype, vpt, width, slots, perturb, shared_floor, scaled=True):
     θ rising after each; with more they are appended to the warp's buffer (bv/bi[bbase :
     bbase + BUFFER], shared memory — each lane at its place after a scan of the lanes'
     counts) and merged 32 at a time (``flush``), after which θ and the gate rise.
-    (Measured, H200: inserting in turn is the faster at one slot, buffering at two or
-    more; ``docs/benchmarks/NOTES.md``, fourteenth session.)
+    (Inserting in turn is the faster at one slot, buffering at two or more:
+    ``docs/algorithms/topk.md``, "Measured".)
 
     With ``shared_floor`` the warps of a block stream one range and share a floor in
     ``floor_sh[0]``: the largest θ any warp has published.  Each warp's θ is the k-th best
