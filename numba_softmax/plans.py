@@ -15,7 +15,7 @@ GPU work itself.  So every public entry point asks this module first:
    argument lists, and launch each recorded kernel (:mod:`.runtime.replay`: one call into
    the driver) — no typing, no wrapping.
 3. On a miss the call takes the ordinary path inside :class:`Recorder`, which notes every
-   launch (:mod:`numba_softmax.runtime.launcher`) and allocation (:mod:`.arrays.record`)
+   launch (:mod:`numba_softmax.runtime.launcher`) and allocation (:mod:`.runtime.record`)
    and, if every pointer the kernels saw is accounted for (an input, a new buffer, or a
    long-lived workspace), keeps a :class:`Plan`.
 

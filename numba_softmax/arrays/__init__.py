@@ -5,10 +5,11 @@
 * :mod:`.layout` — stride arithmetic: which views fold, and the device copy when not;
 * :mod:`.rows`   — reductions along an axis: (rows, n) views, ``out=``, results;
 * :mod:`.heads`  — attention's (B, H, S, D) views;
-* :mod:`.record` — what a call allocates, for :mod:`numba_softmax.plans`;
 * :mod:`.pool`   — device memory for Numba-array results, reused (as PyTorch's and
   CuPy's allocators reuse theirs).
+
+It stands on :mod:`numba_softmax.runtime` (the device copy, the driver, what a recorded call
+allocates) and never imports the kernels.
 """
 
-from . import heads, kinds, layout, pool, rows
-from ..runtime import record  # noqa: F401
+from . import heads, kinds, layout, pool, rows  # noqa: F401

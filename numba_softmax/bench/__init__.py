@@ -16,7 +16,7 @@ decode              GQA decode vs SDPA dense decode, split-KV and paged (:mod:`.
 backward            softmax / log_softmax backward vs torch (:mod:`.backward`)
 attention_backward  vs SDPA backward (:mod:`.backward`)
 topk                fused softmax + top-k vs torch.topk(torch.softmax) (:mod:`.topk`)
-overhead            host time per call, issue 12's table, with its targets (:mod:`.overhead`)
+overhead            host time per call against the peers' calls, with its targets (:mod:`.overhead`)
 crossovers          only when named (``--crossovers``): ``fused``, ``onchip``, ``cluster``,
                     ``group`` at rows of 16–160 KB; fits and saves ``auto``'s table
                     for this device (:mod:`.crossovers`)
@@ -34,7 +34,7 @@ Sanity check (:mod:`.results`): a GB/s above 105 % of the copy measured in the s
 peak, or a TFLOP/s above the device's dense peak, **stops the program** with a message
 — such a figure is a measurement bug and is never printed as a result (exit status 3).
 
-After the tables, ``== targets ==``: each issue's speed target (13, 15, 17, 18) judged on
+After the tables, ``== targets ==``: each speed target (softmax, backward, decode, top-k) judged on
 this run's kernel rows — met, MISSED with the worst row, or not measured (:mod:`.targets`;
 why each miss stands: ``docs/targets.md``).
 
@@ -79,8 +79,8 @@ x_torch      the torch peer's time / this row's (same problem, level and dtype; 
 base         overhead: the call this row is held to (torch.softmax(x), sdpa(q, q, q), or
              the allocating call for an out= row);  base_ms: its time
 x_base       this row's time / base_ms
-target       pass | FAIL: issue 12's target (≤ 2× base; out=: GB/s within 5 %)
-goal         pass | miss: issue 12's goal (≤ 1.5× base)
+target       pass | FAIL: the overhead target (≤ 2× base; out=: GB/s within 5 %)
+goal         pass | miss: the overhead goal (≤ 1.5× base)
 note         auto's choice, "host-bound", fewer repeats, SDPA without GQA …
 """
 

@@ -3,11 +3,11 @@
 **attention** — ``numba_softmax.attention`` (it dispatches by dtype: float32 on CUDA
 cores, float16/bfloat16 on tensor cores where that kernel exists) against PyTorch's
 ``scaled_dot_product_attention`` in the *same* dtype, causal off and on, D = 64 and 128,
-(B, H) = (16384 / S, 8): the same tokens for every S, (4, 8) at S = 4096 as issue 14's
+(B, H) = (16384 / S, 8): the same tokens for every S, (4, 8) at S = 4096 as the attention targets'
 table.  4·B·H·S²·D flops (halved causal), TFLOP/s, % of the device's peak, × SDPA.
 
 **decode** — one new token (Sq = 1) per sequence against a KV cache of ``ctx`` tokens,
-grouped-query heads Hq = 32, Hkv = 8, D = 128 (issue 17): ours split-KV (``num_splits``
+grouped-query heads Hq = 32, Hkv = 8, D = 128 (the decode targets' shapes): ours split-KV (``num_splits``
 for about two blocks per SM) and, where ``numba_softmax.paged_attention`` exists, over a
 paged cache (shuffled block table, page sizes 16 and 256); against SDPA decoding the
 dense cache with ``enable_gqa=True`` (K/V never expanded).  GB/s of cache read

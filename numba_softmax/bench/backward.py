@@ -1,4 +1,4 @@
-"""Backward passes (issue 15), where ``numba_softmax`` has them.
+"""Backward passes, where ``numba_softmax`` has them.
 
 * ``softmax_backward(dy, y)`` / ``log_softmax_backward(dy, y)``: GB/s of the three
   tensors each must move (y and dy read, dx written: 3·M·N·b), % of copy, against

@@ -1,5 +1,5 @@
 """``numba-softmax bench --crossovers``: where each on-chip softmax kernel wins on *this*
-GPU, and the table ``auto`` chooses by, fitted to it and kept (issue 13).
+GPU, and the table ``auto`` chooses by, fitted to it and kept.
 
 For float32, float16 (bfloat16 shares its entry) and float64 rows of 16–160 KB (float64:
 to 64 KB), at half a row, four and sixteen rows a multiprocessor (the winner changes with

@@ -2,8 +2,10 @@
 
 :func:`environment` goes into the header of every output; :func:`peaks` gives the two
 physical ceilings the sanity check holds every figure to (besides the copy measured in
-the same run): the DRAM bandwidth from the memory clock and bus width, and the dense
-tensor-core FLOP rate from the SM count, the clock and the architecture.
+the same run): the DRAM bandwidth from the memory clock and bus width, and the dense FLOP
+rate of the unit each dtype runs on, from the SM count, the clock and the architecture —
+the tensor cores for float16 / bfloat16, the CUDA cores' FP32 lanes for float32 (the
+float32 kernels here run on CUDA cores, so that is the peak they are judged against).
 """
 
 import datetime
@@ -12,12 +14,13 @@ import importlib.metadata
 import platform
 import subprocess
 
-# Dense FLOPs per SM per clock of the fastest unit a (16-bit) attention may use: the
-# tensor cores, fp16/bf16 inputs (fp16 accumulation where that is faster: an upper
-# bound).  A float32 row is held to half of it (TF32 tensor cores — SDPA's float32 may
-# use them) or to the CUDA cores' 2 × 128 FMA, whichever is larger.
+# Dense FLOPs per SM per clock of the tensor cores, fp16/bf16 inputs (fp16 accumulation
+# where that is faster: an upper bound).
 TENSOR_FLOPS_PER_SM_CLOCK = {7: 1024, 8: 2048, 9: 4096, 10: 8192, 12: 2048}
 DEFAULT_TENSOR_FLOPS = 8192  # an architecture not listed: assume the largest
+# FP32 lanes per SM (one FMA = 2 FLOPs a lane a clock): 64 on sm_70 and sm_80, 128 since.
+FP32_LANES_PER_SM = {(7, 0): 64, (7, 5): 64, (8, 0): 64}
+DEFAULT_FP32_LANES = 128
 
 
 def version(dist):
@@ -121,9 +124,13 @@ def peaks(sim):
     try:
         per_clock = TENSOR_FLOPS_PER_SM_CLOCK.get(dev.compute_capability[0],
                                                   DEFAULT_TENSOR_FLOPS)
+        lanes = FP32_LANES_PER_SM.get(tuple(dev.compute_capability), DEFAULT_FP32_LANES)
         per_second = dev.MULTIPROCESSOR_COUNT * dev.CLOCK_RATE * 1e3 / 1e12  # max clock, kHz
     except Exception:  # noqa: BLE001 - no clock: no FLOP ceiling
         return {"dram_gbps": dram or None, "tflops": {}}
-    tensor, fp32 = per_second * per_clock, per_second * max(per_clock // 2, 256)
+    tensor, fp32 = per_second * per_clock, per_second * 2 * lanes
+    # "tf32": the ceiling of a float32 peer that may use TF32 tensor cores (half the
+    # 16-bit rate) — a sanity bound only, never the peak a float32 kernel is judged by
     return {"dram_gbps": dram or None,
-            "tflops": {"float16": tensor, "bfloat16": tensor, "float32": fp32}}
+            "tflops": {"float16": tensor, "bfloat16": tensor, "float32": fp32,
+                       "tf32": tensor / 2}}

@@ -1,4 +1,4 @@
-"""Host time per call: issue 12's overhead table, re-measured on every run.
+"""Host time per call: the overhead table, re-measured on every run.
 
 Each row is the host time of one synchronised call on a tiny problem (GPU work of a few
 µs), the median over ``overhead_loops`` loops of ``overhead_calls`` calls, beside the
@@ -6,7 +6,7 @@ call it is held to — ``torch.softmax`` on the same 1×1024 row, or SDPA for
 ``ns.attention`` at (1, 8, 128, 64) — timed in loops alternating with the row's, so that
 a drift in the host's speed (these are µs on a shared machine) reaches both alike: the
 row's ``its µs`` is the base's median over those loops, ``× it`` the median of the
-per-loop ratios.  Targets (issue 12): every row ≤ 2× its base (``target``), goal ≤ 1.5×
+per-loop ratios.  Targets: every row ≤ 2× its base (``target``), goal ≤ 1.5×
 (``goal``).
 
 Then ``out=`` against the allocating call at 16384×1024 (call level: host clock +

@@ -1,4 +1,4 @@
-"""Fused softmax + top-k (issue 18), where ``numba_softmax.softmax_topk`` exists.
+"""Fused softmax + top-k, where ``numba_softmax.softmax_topk`` exists.
 
 ``softmax_topk(x, k)`` → the k largest probabilities and their indices, against
 ``torch.topk(torch.softmax(x, -1), k)``, float32 logits, B ∈ {1, 64, 1024} rows of

@@ -4,7 +4,7 @@ The same schedule (:mod:`.schedule`) and the same step (:func:`.compute.fold`) a
 torch.distributed ring, with the exchange replaced by a rotation of the list of K/V shards
 in hand.  It needs neither torch nor more than one device, so it is what the tests run on
 the CUDA simulator, what the docs show step by step, and what one GPU uses to time every
-step of a P-GPU ring (:mod:`scripts/gpu/ring.py`, ``examples/10_ring_attention.py``).
+step of a P-GPU ring (``scripts/experiments/ring.py``, ``examples/10_ring_attention.py``).
 
     for t in 0 … P−1:
         for every rank r:  (O_r, LSE_r) ← fold(step(r, t), Q_r, K/V in hand)

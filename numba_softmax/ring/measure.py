@@ -1,6 +1,6 @@
 """Ring attention, measured: each step's times, the predicted P-GPU time, the error rule.
 
-Shared by ``examples/10_ring_attention.py`` and ``scripts/gpu/ring.py``.
+Shared by ``examples/10_ring_attention.py`` and ``scripts/experiments/ring.py``.
 
 * :class:`StepTimer` is a ring hook (``hook=``): it stamps every phase of every step —
   ``begin``, ``computed`` (the partial (O, LSE) is in hand), ``merged``, ``received`` —
