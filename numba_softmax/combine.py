@@ -15,8 +15,10 @@ pieces afterwards (sources: Milakov & Gimelshein's online normaliser, and the ch
 update derived in the FlashAttention notes).
 
 Attention adds a vector O (the running Σ exp(s − m)·v) to the state; it is re-based by
-the very same factors (:func:`combine_output_np`), so :func:`weight` is the only place
-where a factor is ever formed.
+the very same factors (:func:`combine_output_np`).  :func:`weight` forms those factors
+for the references and most kernels; the tensor-core and CUDA-core FlashAttention
+kernels form the same factor inline as ``exp2((m − m')·log2 e)`` on scores already
+scaled by log2 e (one multiply fewer a score), with the same care for m = −inf.
 
 Care points, each handled exactly once, here:
 
