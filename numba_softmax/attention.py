@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from . import checks, plans
-from .arrays import heads, kinds, layout
+from .arrays import heads, kinds, layout, ops
 from .arrays.rows import check_alias
 from .kernels.attention import attention as _forward
 from .kernels.attention import attention_tc as _tensor_cores
@@ -77,7 +77,7 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
     -------
     O, or (O, LSE) with ``return_lse``.
     """
-    stream = kinds.as_stream(stream)
+    stream = ops.as_stream(stream)
     options = (causal, window, scale, return_lse, num_splits)
     plan_key, plan, ptrs = plans.lookup(("attention",) + options, (q, k, v, out), stream)
     if plan is not None:
@@ -99,8 +99,8 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
     kind = dq.kind
 
     if math.prod(lead) * sq == 0 or sk == 0:  # nothing to attend to: no kernel
-        o = kinds.full(kind, o_shape, 0.0, dq.dtype, like=q)
-        lse = kinds.full(kind, lse_shape, -np.inf, F32, like=q)
+        o = ops.full(kind, o_shape, 0.0, dq.dtype, like=q)
+        lse = ops.full(kind, lse_shape, -np.inf, F32, like=q)
         o = _fill(target, o, stream) if target is not None else o
         return (o, lse) if return_lse else o
 
@@ -123,7 +123,7 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
             _decode.launch(q4, k4, v4, o4, lse4, num_splits=splits, causal=causal,
                            window=window, scale=scale, stream=stream, small=small)
         if target is not None and o_buf is not None:
-            _fill(target, kinds.to_user(kind, o_buf, stream, dq.dtype), stream)
+            _fill(target, ops.to_user(kind, o_buf, stream, dq.dtype), stream)
         if o_buf is None or target is not None:
             return rec.done(heads.LseOnly(kind), *lse_bufs, out=out)
         return rec.done(heads.Result(kind, dq.dtype), o_buf, *lse_bufs)
@@ -159,7 +159,7 @@ def merge_attention(o_a, lse_a, o_b, lse_b, *, stream=None):
     ``lse_b``: (..., S), float; all the same kind.  Returns (o, lse): o in the dtype of
     ``o_a``, lse float32, the same kind as the inputs.
     """
-    stream = kinds.as_stream(stream)
+    stream = ops.as_stream(stream)
     plan_key, plan, ptrs = plans.lookup(("merge_attention",), (o_a, lse_a, o_b, lse_b, None),
                                         stream)
     if plan is not None:
@@ -168,8 +168,8 @@ def merge_attention(o_a, lse_a, o_b, lse_b, *, stream=None):
     da, sa = ds["o_a"], ds["o_a"].shape
     kind = da.kind
     if math.prod(sa[:-1]) == 0:
-        o = kinds.full(kind, sa, 0.0, da.dtype, like=o_a)
-        return o, kinds.full(kind, sa[:-1], -np.inf, F32, like=o_a)
+        o = ops.full(kind, sa, 0.0, da.dtype, like=o_a)
+        return o, ops.full(kind, sa[:-1], -np.inf, F32, like=o_a)
 
     described = tuple(ds[n] for n in ("o_a", "lse_a", "o_b", "lse_b")) + (None,)
     with plans.Recorder(plan_key, (o_a, lse_a, o_b, lse_b, None), stream, described) as rec:

@@ -12,10 +12,10 @@ import math
 import numpy as np
 
 from . import checks, plans
-from .arrays import heads, kinds
+from .arrays import heads, kinds, ops
 from .arrays.rows import Finish, Out, Rows, check_alias
 from .kernels.backward import attention_backward as _attention_kernel
-from .kernels.backward import attention_backward_tc as _tensor_cores
+from .kernels.backward import attention_backward_tc_launch as _tensor_cores
 from .kernels.backward import softmax_backward_launch as _rows_kernel
 from .kernels.rows.epilogue import LOG_SOFTMAX, SOFTMAX
 
@@ -23,7 +23,7 @@ __all__ = ["softmax_backward", "log_softmax_backward", "attention_backward"]
 
 
 def _rows_backward(mode, dy, y, axis, out, stream):
-    stream = kinds.as_stream(stream)
+    stream = ops.as_stream(stream)
     plan_key, plan, ptrs = plans.lookup(("rows_backward", mode, axis), (dy, y, out), stream)
     if plan is not None:
         return plan((dy, y, out), stream, ptrs)
@@ -41,7 +41,7 @@ def _rows_backward(mode, dy, y, axis, out, stream):
         check_alias(y_rows.d, target.d)
     finish = Finish(g_rows, True)
     if g_rows.empty:
-        result = kinds.full(g_rows.kind, g_rows.d.shape, 0.0, g_rows.dtype, like=dy)
+        result = ops.full(g_rows.kind, g_rows.d.shape, 0.0, g_rows.dtype, like=dy)
         return target.fill(result, stream) if target is not None else result
 
     described = (g_rows.d, y_rows.d, target.d if target is not None else None)
@@ -50,8 +50,8 @@ def _rows_backward(mode, dy, y, axis, out, stream):
         dx = target.rows_view(g_rows.rows, g_rows.n, g_rows.axis) if target else None
         buf = None
         if dx is None:
-            buf, dx = kinds.empty(g_rows.kind, (g_rows.rows, g_rows.n), g_rows.dtype, like=dy,
-                                  stream=stream)
+            buf, dx = ops.empty(g_rows.kind, (g_rows.rows, g_rows.n), g_rows.dtype, like=dy,
+                                stream=stream)
         _rows_kernel.launch(mode, g_view, y_view, dx, stream=stream)
         if target is None:
             return rec.done(finish, buf)
@@ -121,7 +121,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), sc
     and kind of q.  dQ is accumulated with atomic adds: its last bits may differ from run
     to run.
     """
-    stream = kinds.as_stream(stream)
+    stream = ops.as_stream(stream)
     plan_key, plan, ptrs = plans.lookup(("attention_backward", causal, window, scale),
                                         (do, q, k, v, o, lse, None), stream)
     if plan is not None:
@@ -139,7 +139,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), sc
     scale = checks.scale(scale, d)
     shapes = (dq_.shape, ds["k"].shape, ds["v"].shape)
     if math.prod(lead) * sq * sk == 0:  # no query, or no key: every gradient is 0
-        return tuple(kinds.full(kind, s, 0.0, dtype, like=q) for s in shapes)
+        return tuple(ops.full(kind, s, 0.0, dtype, like=q) for s in shapes)
 
     described = tuple(ds[n] for n in ("do", "q", "k", "v", "o", "lse")) + (None,)
     with plans.Recorder(plan_key, (do, q, k, v, o, lse, None), stream, described) as rec:
@@ -168,4 +168,4 @@ class _Grads:
         self.kind, self.dtype = kind, dtype
 
     def __call__(self, dq, dk, dv, out=None, stream=0):
-        return tuple(kinds.to_user(self.kind, b, stream, self.dtype) for b in (dq, dk, dv))
+        return tuple(ops.to_user(self.kind, b, stream, self.dtype) for b in (dq, dk, dv))

@@ -16,7 +16,7 @@ kernel (:mod:`.kernels.attention.attention` / :mod:`.kernels.attention.attention
 import numpy as np
 
 from . import checks, plans
-from .arrays import heads, kinds, layout
+from .arrays import heads, kinds, layout, ops
 from .arrays.rows import check_dtype
 from .attention import kernel_for
 from .kernels.decode import append as _append
@@ -32,7 +32,7 @@ def _ints(d, name, stream):
     """A described int32 index array (shapes checked by the caller) as a device view."""
     check_dtype(d, name, (I32,))
     if d.on_host:
-        return kinds.to_device(np.ascontiguousarray(d.obj), stream)
+        return ops.to_device(np.ascontiguousarray(d.obj), stream)
     if min(d.strides or (0,)) < 0 or layout.fold_rows(d.shape + (1,), d.strides + (1,), d.ndim) is None:
         raise ValueError(f"{name} must be a plain (non-negative stride) array")
     return kinds.view_of(d)
@@ -42,11 +42,11 @@ def _packed(d, stream):
     """A packed (total, H, D) array as the (1, H, total, D) view the kernels read."""
     total, h, e = d.shape
     if min(d.strides) < 0:  # a negative stride: one contiguous device copy first
-        buf, dev = kinds.empty(d.kind, d.shape, d.dtype, like=d.obj, stream=stream)
+        buf, dev = ops.empty(d.kind, d.shape, d.dtype, like=d.obj, stream=stream)
         layout.device_copy(d, d.shape, d.strides, kinds.describe(buf), kinds.c_strides(d.shape), stream)
         d = kinds.describe(buf)
     if d.on_host:
-        dev = kinds.to_device(np.ascontiguousarray(d.obj), stream)
+        dev = ops.to_device(np.ascontiguousarray(d.obj), stream)
         d = kinds.describe(dev)
     st = d.strides
     return kinds.view_of(d, (1, h, total, e), (0, st[1], st[0], st[2]))
@@ -66,7 +66,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     sequences (integers, checked; computed when None).  Returns O (total_q, Hq, Dv), and with
     ``return_lse`` LSE (Hq, total_q) float32 (flash-attn's layout).
     """
-    stream = kinds.as_stream(stream)
+    stream = ops.as_stream(stream)
     dq, dk, dv = checks.packed_qkv(q, k, v)
     (tq, hq, d), (tk, _, _), (_, _, d_v) = dq.shape, dk.shape, dv.shape
     causal, return_lse = checks.flag(causal, "causal"), checks.flag(return_lse, "return_lse")
@@ -83,11 +83,11 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     kind = dq.kind
     if cu_q[-1] < tq:  # rows of no sequence (padding): O = 0, LSE = −inf, as the reference
         on_device = "numba" if kind == "numpy" else kind
-        o_buf = kinds.full(on_device, (tq, hq, d_v), 0.0, dq.dtype, like=q)
-        lse_buf = kinds.full(on_device, (hq, tq), -np.inf, F32, like=q)
+        o_buf = ops.full(on_device, (tq, hq, d_v), 0.0, dq.dtype, like=q)
+        lse_buf = ops.full(on_device, (hq, tq), -np.inf, F32, like=q)
     else:
-        o_buf, _ = kinds.empty(kind, (tq, hq, d_v), dq.dtype, like=q, stream=stream)
-        lse_buf, _ = kinds.empty(kind, (hq, tq), F32, like=q, stream=stream)
+        o_buf, _ = ops.empty(kind, (tq, hq, d_v), dq.dtype, like=q, stream=stream)
+        lse_buf, _ = ops.empty(kind, (hq, tq), F32, like=q, stream=stream)
     if tq and hq and d_v:
         q4, k4, v4 = (_packed(x, stream) for x in (dq, dk, dv))
         o4 = kinds.view_of(kinds.describe(o_buf), (1, hq, tq, d_v), (0, d_v, hq * d_v, 1))
@@ -97,8 +97,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
         kernel.launch(q4, k4, v4, o4, lse3, causal=causal, window=window, scale=scale,
                       cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=max(longest_q, 1),
                       stream=stream, small=plans.simulator_enabled())
-    o = kinds.to_user(kind, o_buf, stream, dq.dtype)
-    return (o, kinds.to_user(kind, lse_buf, stream)) if return_lse else o
+    o = ops.to_user(kind, o_buf, stream, dq.dtype)
+    return (o, ops.to_user(kind, lse_buf, stream)) if return_lse else o
 
 
 def _cache_views(named, stream):
@@ -108,7 +108,7 @@ def _cache_views(named, stream):
         if d.ndim != 4:
             raise ValueError(f"{name} must be 4-D, got shape {d.shape}")
         if d.on_host:
-            out.append(kinds.to_device(np.ascontiguousarray(d.obj), stream))
+            out.append(ops.to_device(np.ascontiguousarray(d.obj), stream))
         elif min(d.strides) < 0:
             raise ValueError(f"{name} has a negative stride; pass a plain view")
         else:
@@ -159,7 +159,7 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=F
     good, so that the call never waits on the device; a bad entry then gives a wrong
     result, not an error.
     """
-    stream = kinds.as_stream(stream)
+    stream = ops.as_stream(stream)
     check = checks.flag(check, "check")
     arrays = (q, k_cache, v_cache, block_table, cache_seqlens, None)  # None: no out=
     plan_key, plan, ptrs = plans.lookup(("paged_attention", causal, window, scale, return_lse,
@@ -216,7 +216,7 @@ def append_kv(k_new, v_new, k_cache, v_cache, block_table, cache_seqlens, *, str
     CUDA arrays only, all four of one kind (a NumPy cache would be a copy, so NumPy new
     tokens are copied to the device by the caller first).  A table that lacks
     the blocks for the new positions is a ``ValueError`` before anything is written."""
-    stream = kinds.as_stream(stream)
+    stream = ops.as_stream(stream)
     names = ("k_new", "v_new", "k_cache", "v_cache")
     ds = checks.described_all(dict(zip(names, (k_new, v_new, k_cache, v_cache))),
                               checks.ATTENTION_DTYPES)

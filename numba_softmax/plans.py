@@ -31,7 +31,7 @@ import warnings
 
 import numpy as np
 
-from .arrays import kinds
+from .arrays import kinds, ops, plan_facts
 from .runtime import driver, launcher, record, replay
 from .runtime.sim import simulator_enabled
 
@@ -63,14 +63,14 @@ def lookup(tag, arrays, stream):
     read in the same pass as their layouts (a replay patches them in)."""
     if not enabled():
         return None, None, None
-    parts = [tag, kinds.stream_key(stream)]
+    parts = [tag, ops.stream_key(stream)]
     ptrs = []
     for a in arrays:
         if a is None:
             parts.append(None)
             ptrs.append(0)
             continue
-        k, ptr = kinds.facts(a)
+        k, ptr = plan_facts.facts(a)
         if k is None:
             return None, None, None
         parts.append(k)
@@ -140,7 +140,7 @@ class Plan:
     """A replayable call: allocations, launches with patch points, the result builder."""
 
     def __init__(self, recipes, launches, result, result_at, keep, arrays=()):
-        self.makers = [kinds.allocator(r, arrays) for r in recipes]
+        self.makers = [ops.allocator(r, arrays) for r in recipes]
         self.recipes, self.result, self.result_at = recipes, result, result_at
         # (fire, [(from an input?, index, byte offset)]) per launch
         self.launches = [(ln.fire, [(src == "in", j, delta) for src, j, delta in sources])
@@ -150,7 +150,7 @@ class Plan:
     def __call__(self, arrays, stream, ptrs=None):
         """Replay on ``arrays`` (their data pointers ``ptrs``, from :func:`lookup`)."""
         if ptrs is None:
-            ptrs = [0 if a is None else kinds.pointer(a) for a in arrays]
+            ptrs = [0 if a is None else plan_facts.pointer(a) for a in arrays]
         allocs = [make(stream, arrays) for make in self.makers]
         handle = int(stream) if stream else 0
         for fire, sources in self.launches:
@@ -258,7 +258,7 @@ def _self_check(plan, arrays, stream, result):
     _state["checked"] = True
     try:
         again = plan(arrays, stream)
-        a, b = (np.concatenate([np.ravel(kinds.to_numpy(r)).astype(np.float64) for r in
+        a, b = (np.concatenate([np.ravel(ops.to_numpy(r)).astype(np.float64) for r in
                                 (x if isinstance(x, tuple) else (x,))]) for x in (result, again))
         # close, not equal: kernels that accumulate with atomics (dQ) vary in the last bits
         same = a.shape == b.shape and np.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)

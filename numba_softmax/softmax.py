@@ -7,7 +7,7 @@ The kernels never see anything but a (rows, n) device array.
 """
 
 from . import plans
-from .arrays import kinds
+from .arrays import ops
 from .arrays.rows import Finish, Out, Rows
 from .kernels.softmax import methods
 from .kernels.rows.epilogue import MODES
@@ -16,7 +16,7 @@ METHODS = methods.METHODS
 
 
 def _reduce(mode_name, x, axis, method, out, stream):
-    stream = kinds.as_stream(stream)
+    stream = ops.as_stream(stream)
     plan_key, plan, ptrs = plans.lookup(("reduce", mode_name, method, axis), (x, out), stream)
     if plan is not None:  # a repeat call: replay its recorded launches
         return plan((x, out), stream, ptrs)
@@ -31,7 +31,7 @@ def _reduce(mode_name, x, axis, method, out, stream):
               if out is not None else None)
     finish = Finish(rows, keep_axis, n_out=None if keep_axis else 1)
     if rows.empty:  # an empty axis or no rows: nothing to launch
-        result = kinds.full(rows.kind, shape, float("-inf"), rows.dtype, like=x)
+        result = ops.full(rows.kind, shape, float("-inf"), rows.dtype, like=x)
         return target.fill(result, stream) if target is not None else result
 
     described = (rows.d, target.d if target is not None else None)
@@ -42,8 +42,8 @@ def _reduce(mode_name, x, axis, method, out, stream):
         buf = None
         if y is None:  # a new result buffer (or one copied into out= afterwards), made in
             # the result's own shape: a replay then hands it back without a reshape
-            buf, y = kinds.empty(rows.kind, finish.moved or (rows.rows, n_out), rows.dtype,
-                                 like=x, stream=stream)
+            buf, y = ops.empty(rows.kind, finish.moved or (rows.rows, n_out), rows.dtype,
+                               like=x, stream=stream)
             y = y.reshape(rows.rows, n_out)
         methods.launch(method, MODES[mode_name], x_rows, y, stream)
         if target is None:

@@ -10,7 +10,7 @@ arrays → the same kind, on the same device).  Inputs are never modified.
 import numpy as np
 
 from . import checks, plans
-from .arrays import kinds
+from .arrays import ops
 from .arrays.rows import Finish, Rows
 from .kernels.topk import sample as _sample
 from .kernels.topk import topk as _topk
@@ -32,7 +32,7 @@ def softmax_topk(x, k, axis=-1, *, temperature=1.0, log=False, stream=None):
     shape and strides.  k: 1 … min(length of ``axis``, 128).  temperature: finite, > 0.
     stream: as for :func:`numba_softmax.softmax`.
     """
-    stream = kinds.as_stream(stream)
+    stream = ops.as_stream(stream)
     plan_key, plan, ptrs = plans.lookup(("softmax_topk", k, axis, temperature, log), (x, None),
                                         stream)
     if plan is not None:
@@ -45,13 +45,13 @@ def softmax_topk(x, k, axis=-1, *, temperature=1.0, log=False, stream=None):
     fin_v, fin_i = Finish(rows, True, n_out=k), Finish(rows, True, n_out=k, dtype=np.dtype(np.int64))
     if rows.rows == 0:  # no rows: nothing to launch
         shape = rows.lead_shape[: rows.axis] + (k,) + rows.lead_shape[rows.axis:]
-        return (kinds.full(rows.kind, shape, 0, rows.dtype, like=x),
-                kinds.full(rows.kind, shape, 0, np.dtype(np.int64), like=x))
+        return (ops.full(rows.kind, shape, 0, rows.dtype, like=x),
+                ops.full(rows.kind, shape, 0, np.dtype(np.int64), like=x))
     with plans.Recorder(plan_key, (x, None), stream, (rows.d, None)) as rec:
         view = rows.view(stream)
-        v_buf, values = kinds.empty(rows.kind, (rows.rows, k), rows.dtype, like=x, stream=stream)
-        i_buf, indices = kinds.empty(rows.kind, (rows.rows, k), np.dtype(np.int64), like=x,
-                                     stream=stream)
+        v_buf, values = ops.empty(rows.kind, (rows.rows, k), rows.dtype, like=x, stream=stream)
+        i_buf, indices = ops.empty(rows.kind, (rows.rows, k), np.dtype(np.int64), like=x,
+                                   stream=stream)
         _topk.launch(view, k, values, indices, temperature=temperature, log=bool(log),
                      stream=stream)
         return rec.done(_Pair(fin_v, fin_i), v_buf, i_buf)
@@ -81,7 +81,7 @@ def sample(logits, *, top_k=None, top_p=1.0, temperature=1.0, seed=0, axis=-1, s
     top_k: None or 1 … min(length of ``axis``, 128).  top_p: 0 < p ≤ 1.  temperature:
     finite, > 0.  seed: any integer (taken mod 2**64).
     """
-    stream = kinds.as_stream(stream)
+    stream = ops.as_stream(stream)
     plan_key, plan, ptrs = plans.lookup(("sample", top_k, top_p, temperature, seed, axis),
                                         (logits, None), stream)
     if plan is not None:
@@ -99,11 +99,11 @@ def sample(logits, *, top_k=None, top_p=1.0, temperature=1.0, seed=0, axis=-1, s
                          "top-k list")
     finish = Finish(rows, False, n_out=1, dtype=np.dtype(np.int64))
     if rows.rows == 0:  # no rows
-        return kinds.full(rows.kind, rows.lead_shape, 0, np.dtype(np.int64), like=logits)
+        return ops.full(rows.kind, rows.lead_shape, 0, np.dtype(np.int64), like=logits)
     with plans.Recorder(plan_key, (logits, None), stream, (rows.d, None)) as rec:
         view = rows.view(stream)
-        buf, tokens = kinds.empty(rows.kind, (rows.rows, 1), np.dtype(np.int64), like=logits,
-                                  stream=stream)
+        buf, tokens = ops.empty(rows.kind, (rows.rows, 1), np.dtype(np.int64), like=logits,
+                                stream=stream)
         _sample.launch(view, tokens.reshape(rows.rows), top_k=top_k, top_p=top_p,
                        temperature=temperature, seed=seed, stream=stream)
         return rec.done(finish, buf)

@@ -2,7 +2,7 @@
 
 * imports point down: ``arrays/`` and ``runtime/`` never import ``kernels/``, not even
   inside a function;
-* modules of ``kernels/`` and ``runtime/`` stay small;
+* every module of the package stays small (textbook/ and bench/ too);
 * each folder's ``__init__`` is its table of contents: it names every module of the
   folder, and only modules that exist;
 * the picture of the package (``docs/figures/architecture.py``) is drawn from the real
@@ -19,7 +19,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "numba_softmax"
-MAX_LINES = 400  # the aim is about 300: one idea a file
+MAX_LINES = 320  # the aim is about 300: one idea a file
+# Modules over MAX_LINES that cannot be cut without touching a kernel factory's body (each
+# is one factory's device functions); the number is the most lines each may keep.
+KNOWN_LONG = {
+    "numba_softmax/kernels/topk/topk_stream.py": 340,  # loads() and stream(): device code only
+}
 KERNEL_FOLDERS = sorted(p.parent for p in (PACKAGE / "kernels").glob("*/__init__.py"))
 
 
@@ -88,12 +93,15 @@ def test_the_upward_import_check_catches_every_form(tmp_path):
         ["a.py", "b.py", "c.py", "d.py", "e.py"]
 
 
-def test_modules_of_kernels_and_runtime_stay_small():
-    sizes = sorted(((len(p.read_text(encoding="utf-8").splitlines()), str(p.relative_to(ROOT)))
-                    for folder in ("kernels", "runtime") for p in (PACKAGE / folder).rglob("*.py")),
-                   reverse=True)
-    largest = ", ".join(f"{name} {n}" for n, name in sizes[:3])
-    assert sizes[0][0] <= MAX_LINES, f"over {MAX_LINES} lines (largest: {largest})"
+def test_every_module_stays_small():
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines())
+             for p in PACKAGE.rglob("*.py")}
+    assert any(name.startswith("numba_softmax/textbook/") for name in sizes)
+    assert any(name.startswith("numba_softmax/bench/") for name in sizes)
+    over = sorted(f"{name} {n}" for name, n in sizes.items() if n > KNOWN_LONG.get(name, MAX_LINES))
+    assert not over, f"over {MAX_LINES} lines: {', '.join(over)}"
+    stale = sorted(name for name in KNOWN_LONG if sizes.get(name, 0) <= MAX_LINES)
+    assert not stale, f"no longer over {MAX_LINES} lines (drop from KNOWN_LONG): {stale}"
 
 
 def _toc(folder):

@@ -10,7 +10,7 @@ from numba import cuda
 
 import numba_softmax as ns
 from numba_softmax import reference as R
-from numba_softmax.arrays import kinds
+from numba_softmax.arrays import kinds, ops
 
 from _helpers import permuted
 
@@ -95,12 +95,12 @@ def test_cast_and_concatenate_keep_the_library():
     """The ring's conversions (widen, back to the input's dtype, join shards) go through
     the array layer: dtype changed only when asked, memory shared when already right."""
     a = fresh((2, 3), 5).astype(np.float16)
-    wide = kinds.cast(a, np.float64)
+    wide = ops.cast(a, np.float64)
     assert wide.dtype == np.float64 and np.array_equal(wide, a.astype(np.float64))
-    assert kinds.cast(a, a) is a
-    back = kinds.cast(wide, a)
+    assert ops.cast(a, a) is a
+    back = ops.cast(wide, a)
     assert back.dtype == np.float16 and np.array_equal(back, a)
-    joined = kinds.concatenate([a, wide.astype(np.float16)], 1)
+    joined = ops.concatenate([a, wide.astype(np.float16)], 1)
     assert joined.shape == (2, 6) and np.array_equal(joined[:, 3:], a)
     assert not kinds.is_torch(a) and not kinds.is_torch(object())
 

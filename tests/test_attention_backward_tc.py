@@ -18,7 +18,7 @@ from numba import cuda
 
 from numba_softmax import reference as R
 from numba_softmax.backward import attention_backward
-from numba_softmax.kernels.backward import attention_backward_tc as TC
+from numba_softmax.kernels.backward import attention_backward_tc_launch as TC
 from numba_softmax.runtime import launcher
 
 from _helpers import SIMULATOR, sized

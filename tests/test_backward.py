@@ -14,6 +14,7 @@ from numba import cuda
 from numba_softmax import reference as R
 from numba_softmax.backward import attention_backward, log_softmax_backward, softmax_backward
 from numba_softmax.kernels.backward import attention_backward as KA
+from numba_softmax.kernels.backward import attention_backward_tiles as KT
 from numba_softmax.kernels.backward import softmax_backward_launch as KS
 from numba_softmax.kernels.rows.epilogue import LOG_SOFTMAX, SOFTMAX
 
@@ -513,22 +514,22 @@ def test_lse_of_minus_inf_gives_zero_gradients():
 
 
 def test_tiles_are_checked(monkeypatch):
-    if KA.shared_limit() >= 227 * 1024:  # Hopper (and the simulator, tiled as for it)
-        assert KA.fit_tiles(64, 64) == (64, 64, 4) and KA.fit_tiles(128, 96) == (32, 32, 4)
-    monkeypatch.setattr(KA, "shared_limit", lambda: 99 * 1024)  # sm_86, sm_89: smaller tiles
-    assert KA.fit_tiles(64, 64) == (64, 32, 4) and KA.fit_tiles(128, 96) == (32, 32, 4)
-    assert KA.fit_tiles(128, 128, itemsize=8) == (16, 16, 4)
+    if KT.shared_limit() >= 227 * 1024:  # Hopper (and the simulator, tiled as for it)
+        assert KT.fit_tiles(64, 64) == (64, 64, 4) and KT.fit_tiles(128, 96) == (32, 32, 4)
+    monkeypatch.setattr(KT, "shared_limit", lambda: 99 * 1024)  # sm_86, sm_89: smaller tiles
+    assert KT.fit_tiles(64, 64) == (64, 32, 4) and KT.fit_tiles(128, 96) == (32, 32, 4)
+    assert KT.fit_tiles(128, 128, itemsize=8) == (16, 16, 4)
     for d in (8, 64, 128):
         for itemsize in (4, 8):
-            bq, bk, _ = KA.fit_tiles(d, d, itemsize)
-            assert KA.layout(d, d, bq, bk)[1] * itemsize <= 99 * 1024
+            bq, bk, _ = KT.fit_tiles(d, d, itemsize)
+            assert KT.layout(d, d, bq, bk)[1] * itemsize <= 99 * 1024
     with pytest.raises(ValueError, match="4·W"):
-        KA.check_tiles(24, 16, 4)
-    offsets, total = KA.layout(64, 64, 64, 64)
+        KT.check_tiles(24, 16, 4)
+    offsets, total = KT.layout(64, 64, 64, 64)
     assert offsets[0] == 0 and total * 4 <= 227 * 1024  # fits an H100 block, 2 per SM
-    qs, vs, ps = KA.strides(128, 96, 32)  # rows read together start in different bank groups
+    qs, vs, ps = KT.strides(128, 96, 32)  # rows read together start in different bank groups
     assert (qs % 4, vs % 4, ps % 4) == (0, 0, 0) and (qs // 4) % 2 == (vs // 4) % 2 == (ps // 4) % 2 == 1
-    assert KA.layout(128, 128, 32, 32)[1] * 4 + 1024 <= 228 * 1024 // 3  # three blocks an SM
+    assert KT.layout(128, 128, 32, 32)[1] * 4 + 1024 <= 228 * 1024 // 3  # three blocks an SM
 
 
 # --- the public attention API -------------------------------------------------------------

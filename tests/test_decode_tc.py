@@ -12,6 +12,7 @@ from numba_softmax import reference as R
 from numba_softmax.kernels.decode import decode_launch as KD
 from numba_softmax.runtime import launcher
 from numba_softmax.kernels.decode import decode_tc as TC
+from numba_softmax.kernels.decode import decode_tc_tiles as TT
 from numba_softmax.kernels.decode import paged as KP
 from numba_softmax.kernels.attention import visible as vis
 
@@ -175,10 +176,10 @@ def test_dispatch():
 
 def test_tiles_are_checked():
     with pytest.raises(ValueError, match="block_k"):
-        TC.Tiles(64, 64, block_k=24)
+        TT.Tiles(64, 64, block_k=24)
     with pytest.raises(ValueError, match="stages"):
-        TC.Tiles(64, 64, stages=1)
-    t = TC.Tiles(128, 128, warps=4, block_k=32, stages=2)
+        TT.Tiles(64, 64, stages=1)
+    t = TT.Tiles(128, 128, warps=4, block_k=32, stages=2)
     assert t.shared == 4 * 2 * 32 * (128 + 128 + 16) * 2
 
 
@@ -207,7 +208,7 @@ def test_default_tiles_follow_the_grid():
     assert few == dict(warps=8, block_k=16, stages=2)
     assert KD.tiles_for(65, 132) == few
     for tiles in (many, few):
-        assert TC.Tiles(128, 128, **tiles).shared <= 227 * 1024
+        assert TT.Tiles(128, 128, **tiles).shared <= 227 * 1024
 
 
 def test_default_tiles_fit_the_device():
@@ -222,7 +223,7 @@ def test_default_tiles_fit_the_device():
         for d in (64, 128):
             for room in (hopper, a100, ada, 48 * 1024):
                 tiles = KD.tiles_for(units, 132, room, d, d)
-                assert TC.Tiles(d, d, **tiles).shared + TC.STATIC_SHARED <= room, (units, d, room)
+                assert TT.Tiles(d, d, **tiles).shared + TT.STATIC_SHARED <= room, (units, d, room)
 
 
 @pytest.mark.skipif(SIMULATOR, reason="GPU only: every launch configuration")
@@ -236,7 +237,7 @@ def test_every_configuration_gives_the_same_answer():
         for block_k in (16, 32, 64):
             for stages in (2, 3, 4):
                 tiles = dict(warps=warps, block_k=block_k, stages=stages)
-                if TC.Tiles(128, 128, **tiles).shared > room:
+                if TT.Tiles(128, 128, **tiles).shared > room:
                     continue
                 try:
                     o, lse = decode(q, k, v, tiles)

@@ -106,7 +106,7 @@ def test_simplify_merges_and_drops_axes():
 def test_to_device_hands_numba_packed_strides(monkeypatch, view):
     """Numba sizes a device copy from the host strides: a size-1 axis with a negative
     stride gave it an empty extent on the GPU ("incompatible shape (0, 1) vs (1, 1)")."""
-    from numba_softmax.arrays import kinds
+    from numba_softmax.arrays import ops
 
     seen = []
 
@@ -114,7 +114,7 @@ def test_to_device_hands_numba_packed_strides(monkeypatch, view):
         seen.append((host.shape, host.strides))
         return host
 
-    monkeypatch.setattr(kinds.cuda, "to_device", fake_to_device)
+    monkeypatch.setattr(ops.cuda, "to_device", fake_to_device)
     x = view(np.arange(1, dtype=np.float16).reshape(1, 1))
-    kinds.to_device(x)
+    ops.to_device(x)
     assert seen == [((1, 1), (2, 2))]

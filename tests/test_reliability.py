@@ -375,9 +375,9 @@ def test_failed_split_workspace_surfaces(monkeypatch):
     x = (rng().standard_normal((2, sized(300, 5000))) * 3).astype(np.float32)
     d = cuda.to_device(x)
     y = cuda.device_array_like(d)
-    from numba_softmax.runtime import launcher
+    from numba_softmax.runtime import workspaces
 
-    ws = launcher._WORKSPACES  # every kernel's scratch lives there
+    ws = workspaces._WORKSPACES  # every kernel's scratch lives there
     saved = dict(ws) if ws is not None else None
     if ws is not None:
         ws.clear()  # so that the next split call must allocate

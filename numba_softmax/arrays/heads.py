@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from ..runtime import launcher
-from . import kinds, layout
+from . import kinds, layout, ops
 
 F32 = np.dtype(np.float32)
 
@@ -22,18 +22,18 @@ def view(d, tail, stream=0, unit_last=False):
     shape4 = layout.heads_shape(d.shape, tail)
     if d.on_host:
         host = np.ascontiguousarray(d.obj).reshape(shape4)
-        return kinds.to_device(host, stream)
+        return ops.to_device(host, stream)
     strides = layout.fold_heads(d.shape, d.strides, tail)
     if strides is not None and (not unit_last or strides[-1] == 1 or shape4[-1] == 1):
         return kinds.view_of(d, shape4, strides)
-    buf, dev = kinds.empty(d.kind, d.shape, d.dtype, like=d.obj, stream=stream)
+    buf, dev = ops.empty(d.kind, d.shape, d.dtype, like=d.obj, stream=stream)
     layout.device_copy(d, d.shape, d.strides, kinds.describe(buf), kinds.c_strides(d.shape), stream)
     return dev.reshape(*shape4) if math.prod(shape4) else dev
 
 
 def output(kind, shape, dtype, like, tail, stream=0):
     """A new contiguous result of ``kind``: (user array, its (B, H, tail…) device view)."""
-    buf, dev = kinds.empty(kind, shape, dtype, like=like, stream=stream)
+    buf, dev = ops.empty(kind, shape, dtype, like=like, stream=stream)
     shape4 = layout.heads_shape(tuple(shape), tail)
     if dev is None:
         return buf, None
@@ -70,8 +70,8 @@ class Result:
         self.kind, self.dtype = kind, dtype
 
     def __call__(self, o_buf, *lse_buf, out=None, stream=0):
-        o = kinds.to_user(self.kind, o_buf, stream, self.dtype)
-        return (o, kinds.to_user(self.kind, lse_buf[0], stream)) if lse_buf else o
+        o = ops.to_user(self.kind, o_buf, stream, self.dtype)
+        return (o, ops.to_user(self.kind, lse_buf[0], stream)) if lse_buf else o
 
 
 class LseOnly:
@@ -82,4 +82,4 @@ class LseOnly:
         self.kind = kind
 
     def __call__(self, *lse_buf, out=None, stream=0):
-        return (out, kinds.to_user(self.kind, lse_buf[0], stream)) if lse_buf else out
+        return (out, ops.to_user(self.kind, lse_buf[0], stream)) if lse_buf else out

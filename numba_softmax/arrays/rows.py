@@ -5,7 +5,8 @@ strided.  :class:`Rows` turns a user's array into that view (zero-copy when the 
 axes fold into one row stride, else one device copy); :class:`Out` checks a user's
 ``out=`` and gives the kernels a view of it to write in place (or a buffer copied into it
 afterwards); :class:`Finish` turns the kernels' contiguous result back into the user's
-kind, shape and axis order.  Nothing here looks at an array library: :mod:`.kinds` does.
+kind, shape and axis order.  Nothing here looks at an array library: :mod:`.kinds` and
+:mod:`.ops` do.
 """
 
 import math
@@ -13,7 +14,7 @@ import operator
 
 import numpy as np
 
-from . import kinds, layout
+from . import kinds, layout, ops
 
 
 def normalize_axis(axis, ndim, name="axis"):
@@ -67,12 +68,12 @@ class Rows:
         d = self.d
         if self.kind == "numpy":  # one copy to the device, axis last, contiguous
             host = np.ascontiguousarray(np.moveaxis(d.obj.reshape(self.shape), self.axis, -1))
-            return kinds.to_device(host.reshape(self.rows, self.n), stream)
+            return ops.to_device(host.reshape(self.rows, self.n), stream)
         folded = layout.fold_rows(self.shape, self.strides, self.axis)
         if folded is not None:
             rows, n, rs, cs = folded
             return kinds.view_of(d, (rows, n), (rs, cs))
-        buf, dev = kinds.empty(self.kind, (self.rows, self.n), self.dtype, like=d.obj, stream=stream)
+        buf, dev = ops.empty(self.kind, (self.rows, self.n), self.dtype, like=d.obj, stream=stream)
         layout.device_copy(d, self.lead_shape + (self.n,), self.moved(),
                            kinds.describe(buf), kinds.c_strides(self.lead_shape + (self.n,)),
                            stream)
@@ -163,7 +164,7 @@ class Finish:
             self.moved, self.order = (), None  # 0-d in, 0-d out (torch/NumPy shapes)
 
     def __call__(self, buf, out=None, stream=0):
-        host = kinds.to_user(self.kind, buf, stream, self.dtype)
+        host = ops.to_user(self.kind, buf, stream, self.dtype)
         if self.order is None and tuple(host.shape) == self.moved:
             return host  # already the user's shape (the common case: a plan replay's µs)
-        return kinds.reshape(self.kind, host, self.moved, self.order)
+        return ops.reshape(self.kind, host, self.moved, self.order)

@@ -25,7 +25,7 @@ merge, so P merges add no float16 rounding; the result is rounded once, at the e
 import numpy as np
 
 from .. import reference
-from ..arrays import kinds
+from ..arrays import ops
 from ..attention import attention as _attention
 from ..attention import merge_attention as _merge
 
@@ -47,10 +47,10 @@ class DeviceCompute:
         return _merge(o, lse, o_t, lse_t, stream=self.stream)
 
     def widen(self, o):
-        return kinds.cast(o, np.float32)
+        return ops.cast(o, np.float32)
 
     def finish(self, o, like):
-        return kinds.cast(o, like)
+        return ops.cast(o, like)
 
 
 class HostCompute(DeviceCompute):
@@ -90,10 +90,10 @@ class ReferenceCompute:
         return reference.update_out_and_lse(o, lse, o_t, lse_t)
 
     def widen(self, o):
-        return kinds.cast(o, np.float64)
+        return ops.cast(o, np.float64)
 
     def finish(self, o, like):
-        return kinds.cast(o, like)
+        return ops.cast(o, like)
 
 
 def _noop(phase, st, arrays):

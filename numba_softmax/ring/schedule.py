@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..arrays import kinds
+from ..arrays import ops
 
 __all__ = ["Layout", "Step", "chunk_sizes", "contiguous", "zigzag", "source", "step",
            "schedule", "step_pairs", "rank_flops", "shard", "unshard", "zigzag_shard"]
@@ -188,7 +188,7 @@ def shard(x, layout, rank, axis=-2):
     if x.shape[axis] != layout.total:
         raise ValueError(f"x has {x.shape[axis]} rows on axis {axis}; the layout holds "
                          f"{layout.total}")
-    return kinds.concatenate([_rows(x, a, b, axis) for a, b in layout.pieces[rank]], axis)
+    return ops.concatenate([_rows(x, a, b, axis) for a, b in layout.pieces[rank]], axis)
 
 
 def unshard(shards, layout, axis=-2):
@@ -204,7 +204,7 @@ def unshard(shards, layout, axis=-2):
         for a, b in layout.pieces[r]:
             pieces.append((a, _rows(x, offset, offset + b - a, axis)))
             offset += b - a
-    return kinds.concatenate([rows for _, rows in sorted(pieces, key=lambda p: p[0])], axis)
+    return ops.concatenate([rows for _, rows in sorted(pieces, key=lambda p: p[0])], axis)
 
 
 def zigzag_shard(x, rank, world, axis=-2):

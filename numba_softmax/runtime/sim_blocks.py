@@ -14,7 +14,8 @@
   a spinning peer cannot hang the test.  On the GPU the driver's cooperative launch
   gives the same guarantee for real: every block is resident at once.
 * **Shared arrays made once, under a lock**, and **the fake ``cuda`` swapped into a
-  module once per launch** instead of around every device-function call.
+  module once per launch** instead of around every device-function call
+  (:mod:`.sim_calls`).
 
 Together they make the simulator's test runs several times shorter (``docs/testing.md``).
 """
@@ -23,7 +24,8 @@ import _thread
 import sys
 import threading
 import time
-from contextlib import contextmanager
+
+from . import sim_calls
 
 LOCK = threading.Lock()
 
@@ -248,52 +250,6 @@ def _shared_array(self, shape, dtype, alignment=None):
 
 _FakeShared_array = None
 
-# --- device-function calls: the fake cuda module swapped in once per launch ----------
-_held = {}  # id(module globals) -> (globals, {name: the real cuda module})
-_simulator_swap = _simulator_call = None
-
-
-@contextmanager
-def _swapped_cuda_module(fn, fake):
-    """The simulator swaps the fake ``cuda`` into a module's globals around *every*
-    device-function call, under a per-module lock and a reference count — with 64
-    threads calling device functions, most of a launch went to waiting on that lock.
-    Here a module is swapped once, on its first call in a launch, and stays swapped
-    until the launch ends (the simulator runs one launch at a time)."""
-    from numba.cuda.simulator.kernel import _get_kernel_context
-
-    if fake is None or _get_kernel_context() is not fake:  # outside a launch: as before
-        with _simulator_swap(fn, fake):
-            yield
-        return
-    g = fn.__globals__
-    if id(g) not in _held:
-        from numba import cuda
-
-        with LOCK:
-            if id(g) not in _held:
-                names = {k: v for k, v in g.items() if v is cuda}
-                for k in names:
-                    g[k] = fake
-                _held[id(g)] = (g, names)
-    yield
-
-
-def _launch(self, *args):
-    """``FakeCUDAKernel.__call__``: the launch itself, then every module swapped for it
-    restored."""
-    from numba.cuda.simulator.kernel import _get_kernel_context
-
-    if self._device or _get_kernel_context() is not None:
-        return _simulator_call(self, *args)
-    try:
-        return _simulator_call(self, *args)
-    finally:
-        with LOCK:
-            for g, names in _held.values():
-                g.update(names)
-            _held.clear()
-
 
 def _nanosleep(self, ns):
     """``cuda.nanosleep``: yield the interpreter; raises once the cooperative grid has
@@ -306,9 +262,8 @@ def _nanosleep(self, ns):
 
 def install():
     """Patch the simulator (idempotent)."""
-    global _FakeShared_array, _simulator_swap, _simulator_call
+    global _FakeShared_array
     from numba.cuda.simulator import kernel as simkernel
-    from numba.cuda.simulator import kernelapi
     from numba.cuda.simulator.kernelapi import FakeCUDAModule, FakeCUDAShared, GridGroup
 
     FakeCUDAModule.nanosleep = _nanosleep
@@ -317,10 +272,6 @@ def install():
     if _FakeShared_array is None:
         _FakeShared_array = FakeCUDAShared.array
         FakeCUDAShared.array = _shared_array
-    if _simulator_swap is None:
-        _simulator_swap = kernelapi.swapped_cuda_module
-        _simulator_call = simkernel.FakeCUDAKernel.__call__
-        simkernel.swapped_cuda_module = _swapped_cuda_module
-        simkernel.FakeCUDAKernel.__call__ = _launch
+    sim_calls.install()
     if not hasattr(simkernel.BlockManager, "_ns_base"):
         simkernel.BlockManager = _block_manager_class()

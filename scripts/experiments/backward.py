@@ -40,6 +40,7 @@ from numba import cuda  # noqa: E402
 import numba_softmax.torch as nst  # noqa: E402
 from numba_softmax import backward as B  # noqa: E402
 from numba_softmax.kernels.backward import attention_backward as KA  # noqa: E402
+from numba_softmax.kernels.backward import attention_backward_tiles as KT  # noqa: E402
 from numba_softmax.runtime import launcher  # noqa: E402
 from numba_softmax.kernels.backward import softmax_backward_launch as KS  # noqa: E402
 from numba_softmax.kernels.rows.epilogue import LOG_SOFTMAX, SOFTMAX  # noqa: E402
@@ -314,7 +315,7 @@ def time_attention(cases, budget):
         out = F.scaled_dot_product_attention(*leaves)
         ms_t = median_ms(lambda i: torch.autograd.grad(out, leaves, do, retain_graph=True))
         flops = 10 * s * s * d * b * h
-        print(f"{str(dtype)[6:]:>8} {s:>5} {d:>4} {str(tiles or KA.fit_tiles(d, d)):>11} "
+        print(f"{str(dtype)[6:]:>8} {s:>5} {d:>4} {str(tiles or KT.fit_tiles(d, d)):>11} "
               f"{ms:>8.2f} {flops / ms / 1e9:>8.1f} {ms_t:>8.2f} {flops / ms_t / 1e9:>8.1f} "
               f"{ms_t / ms:>7.2f}", flush=True)
 

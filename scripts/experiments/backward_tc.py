@@ -26,7 +26,7 @@ import torch  # noqa: E402
 import backward as bw  # noqa: E402  (scripts/experiments/backward.py: helpers)
 import numba_softmax.torch as nst  # noqa: E402
 from numba_softmax.kernels.backward import attention_backward as KA  # noqa: E402
-from numba_softmax.kernels.backward import attention_backward_tc as TC  # noqa: E402
+from numba_softmax.kernels.backward import attention_backward_tc_launch as TC  # noqa: E402
 
 F = torch.nn.functional
 

@@ -28,7 +28,7 @@ import torch
 from numba import cuda
 
 from numba_softmax.kernels.decode import decode_launch as DL
-from numba_softmax.kernels.decode import decode_tc as TC
+from numba_softmax.kernels.decode import decode_tc_tiles as TT
 from numba_softmax.kernels.decode import paged as KP
 
 from _timing import kernel_ms  # (scripts/experiments/, the script's own folder)
@@ -96,7 +96,7 @@ def case(batch, ctx, dtype, sweep, gen):
     for cfg in (CONFIGS if sweep else [None, False]):
         name = "tensor cores " + (str(tuple(cfg.values())) if cfg else "(default)") \
             if cfg is not False else "CUDA cores"
-        if cfg and TC.Tiles(D, D, **cfg).shared > 227 * 1024:
+        if cfg and TT.Tiles(D, D, **cfg).shared > 227 * 1024:
             continue
         row(name, lambda i, cfg=cfg: DL.run(*dev[i], paged=False, tiles=cfg), outs[0][0])
     if torch.cuda.mem_get_info()[0] > sets * nbytes + (2 << 30):  # (a pool beside the caches)
@@ -105,7 +105,7 @@ def case(batch, ctx, dtype, sweep, gen):
             args = [[nb(x) for x in (q_, *pool)] + [nb(x) for x in out]
                     for (q_, _, _), pool, out in zip(data, pools, outs)]
             for cfg in [None] + (CONFIGS if sweep else []):
-                if cfg and (cfg["block_k"] > bs or TC.Tiles(D, D, **cfg).shared > 227 * 1024):
+                if cfg and (cfg["block_k"] > bs or TT.Tiles(D, D, **cfg).shared > 227 * 1024):
                     continue  # (tiles that cross pages: the slow path, not worth timing)
                 name = f"paged, page {bs} " + (str(tuple(cfg.values())) if cfg else "(default)")
                 row(name, lambda i, cfg=cfg: KP.launch(*args[i], max_seqlen_k=ctx, tiles=cfg),

@@ -18,7 +18,7 @@ from numba import cuda
 
 import numba_softmax as ns
 from numba_softmax import plans
-from numba_softmax.arrays import kinds, pool
+from numba_softmax.arrays import kinds, ops, plan_facts, pool
 from numba_softmax.runtime import replay
 
 
@@ -90,19 +90,19 @@ def main():
 
     print("\n== pieces of a plan hit (torch softmax), µs each ==")
     ns.softmax(tx)
-    stream = kinds.as_stream(None)
+    stream = ops.as_stream(None)
     key, plan, _ = plans.lookup(("reduce", "softmax", "auto", -1), (tx, None), stream)
     pieces = [
-        ("kinds.as_stream(None)", lambda: kinds.as_stream(None)),
+        ("ops.as_stream(None)", lambda: ops.as_stream(None)),
         ("plans.lookup", lambda: plans.lookup(("reduce", "softmax", "auto", -1), (tx, None), stream)),
-        ("kinds.layout_key(torch)", lambda: kinds.layout_key(tx)),
+        ("plan_facts.layout_key(torch)", lambda: plan_facts.layout_key(tx)),
         ("replay.current_context", replay.current_context),
         ("plans.find", lambda: plans.find(key)),
-        ("kinds.pointer(torch)", lambda: kinds.pointer(tx)),
+        ("plan_facts.pointer(torch)", lambda: plan_facts.pointer(tx)),
         ("allocator(torch recipe)", lambda: plan.makers[0](stream, (tx, None))),
         ("pool.device_array((1,1024))", lambda: pool.device_array((1, 1024), np.float32)),
         ("kinds.describe(numba)", lambda: kinds.describe(xs["numba"])),
-        ("kinds.layout_key(numba)", lambda: kinds.layout_key(xs["numba"])),
+        ("plan_facts.layout_key(numba)", lambda: plan_facts.layout_key(xs["numba"])),
         ("cuda.device_array((1,1024))", lambda: cuda.device_array((1, 1024), np.float32)),
         ("kinds.current_device_id", kinds.current_device_id),
         ("torch.empty((1,1024))", lambda: torch.empty((1, 1024), device="cuda")),

@@ -3,7 +3,9 @@
 ``softmax_backward``             b1 — dx = y ∘ (dy − rowsum(dy ∘ y)), and log_softmax's
 ``softmax_backward_launch``      which form of ``softmax_backward`` a row size takes
 ``attention_backward``           b2 — FlashAttention-2 backward on CUDA cores, from the LSE
+``attention_backward_tiles``     its tiles: sizes, what the device fits, shared-memory layout
 ``attention_backward_products``  its five matrix products
 ``attention_backward_io``        what goes in and out: D = rowsum(dO ∘ O) and the dQ sum
 ``attention_backward_tc``        b3 — the same backward on tensor cores (fp16 / bf16)
+``attention_backward_tc_launch`` its tiles, fitted to the device, and its launch
 """

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from ...runtime import counters, launcher
-from . import decode, decode_tc
+from . import decode, decode_tc, decode_tc_tiles
 from ..attention import tileio
 from ..attention import visible as vis
 from .decode_merge import MAX_SPLITS
@@ -70,7 +70,7 @@ def _cuda_cores(q, d, dv, packed, paged, width, small, args):
 
 
 def tiles_for(units, sms, room=None, d=128, dv=128):
-    """The tensor-core kernel's tiles (:class:`~.decode_tc.Tiles` options) for ``units``
+    """The tensor-core kernel's tiles (:class:`~.decode_tc_tiles.Tiles` options) for ``units``
     blocks before any split: 8 warps × 16 keys, tiles of 16 sitting inside every page of
     16 or more (one table read a tile); 3 stages where B·Hkv alone fills the device, 2
     where few blocks are split many ways (B 1).  ``room``: the shared memory a block may
@@ -82,7 +82,7 @@ def tiles_for(units, sms, room=None, d=128, dv=128):
     choices = [dict(warps=w, block_k=16, stages=st) for w, st in
                ((8, 3 if 2 * units >= sms else 2), (8, 2), (4, 2), (2, 2), (1, 2))]
     return launcher.first_fitting(
-        choices, lambda t: decode_tc.Tiles(d, dv, **t).shared + decode_tc.STATIC_SHARED,
+        choices, lambda t: decode_tc_tiles.Tiles(d, dv, **t).shared + decode_tc_tiles.STATIC_SHARED,
         room) or choices[-1]
 
 
@@ -99,14 +99,14 @@ def layout(paged, block_size, block_k, left, kv_chunk):
 
 
 def _tensor_core(q, d, dv, packed, units, small, options, layout_of):
-    """The same for :mod:`.decode_tc` (``options``: its :class:`~.decode_tc.Tiles`, by
+    """The same for :mod:`.decode_tc` (``options``: its :class:`~.decode_tc_tiles.Tiles`, by
     default :func:`tiles_for` the grid's ``units`` = B·Hkv blocks of each row chunk;
     ``layout_of(block_k)``: the kernel's layout)."""
     rows = min(packed, decode_tc.ROWS)
     if not options and not small:
         limits = launcher.device_limits()
         options = tiles_for(units * -(-packed // rows), limits.sms, limits.shared_optin, d, dv)
-    tiles = decode_tc.Tiles(d, dv, small=small, **options)
+    tiles = decode_tc_tiles.Tiles(d, dv, small=small, **options)
     dec = decode_tc.kernel(q.dtype, d, dv, rows, tiles.warps, tiles.block_k, tiles.stages,
                            layout_of(tiles.block_k))
     return dec, tiles.warps, rows, tiles.shared, tiles.warps * tiles.block_k
@@ -121,7 +121,7 @@ def run(q, k, v, o, lse, *, paged, table=None, seqlens=None, max_seqlen_k=None,
     ``num_splits``: at most that many even splits; neither: :func:`choose_splits`, from
     the number of keys (``max_seqlen_k``; paged, by default, the table's capacity).
     ``tiles``: None (the kernel :func:`tensor_cores` picks), False (CUDA cores), or a
-    dict of :class:`.decode_tc.Tiles` options (tensor cores, where it can run)."""
+    dict of :class:`.decode_tc_tiles.Tiles` options (tensor cores, where it can run)."""
     n_b, n_h, sq, d = q.shape
     n_kv = k.shape[2] if paged else k.shape[1]
     sk = k.shape[1] * table.shape[1] if paged else k.shape[2]

@@ -2,6 +2,7 @@
 
 ``jit``       how every kernel is compiled: options, accumulator and storage types
 ``vector``    16-byte loads and stores
+``widths``    how wide a vector an array allows (values per load, the rows' common width)
 ``ptx``       PTX instructions Numba does not emit (``max.NaN.f32``, ``cvt.rn.bf16.f32`` …)
 ``mma``       tensor cores: ``mma.sync`` m16n8k16, ``ldmatrix``, ``cp.async``
 ``_mma_sim``  the simulator's lane-by-lane twin of ``mma``
