@@ -1,6 +1,7 @@
-"""The "Walk one row" page (docs/walk.md): its numbers come from the device kernels, and
-they are what the page says they are.  Runs the walk the docs build runs (tiny: a 16-value
-row and a 37-key attention row); the generator also asserts every equation it prints."""
+"""The walks of one row (docs/textbook/2-online.md, 5-flashattention.md): their numbers
+come from the device kernels, and they are what the pages say they are.  Runs the walk the
+docs build runs (tiny: a 16-value row and a 37-key attention row); the generator also
+asserts every equation it prints."""
 
 import math
 import sys

@@ -1,7 +1,22 @@
-"""Numbers computed while the docs build: ``% computed: NAME`` lines in a page.
+"""Numbers computed while the docs build: checked blocks, and ``% computed: NAME`` lines.
 
-A page marks where a computed block belongs with a MyST comment line (invisible if this
-extension is not loaded)::
+**Checked blocks** (the textbook, ``docs/textbook/``) hold their numbers *in the page*, so
+the Markdown reads the same on GitHub as in the built docs, between two HTML comments::
+
+    <!-- computed: walk.softmax -->
+    ...the numbers, as Markdown...
+    <!-- end computed -->
+
+The build recomputes ``NAME`` and fails if the text differs — a number may move by one
+unit of its last printed digit (a GPU's exp rounds unlike the simulator's), nothing
+else.  ``NAME`` is one of the names below, or ``run``: the page's ```` ```python ````
+blocks since the previous ``run`` are executed, in order, in one namespace for the
+whole page (a notebook's cells), and what they print is the block (a ```` ```text ````
+fence).  ``python docs/_ext/computed.py --write PAGE.md …`` rewrites the blocks with
+what they compute now; ``--check`` only reports.
+
+**Computed lines** (the records and the notebook) are replaced where the page says
+a MyST comment line (invisible if this extension is not loaded)::
 
     % computed: walk.softmax
 
@@ -26,7 +41,11 @@ import functools
 import re
 from pathlib import Path
 
-from sphinx.errors import ExtensionError
+try:
+    from sphinx.errors import ExtensionError
+except ImportError:  # the checked blocks are checked by tests and the script without Sphinx
+    class ExtensionError(RuntimeError):
+        pass
 
 MARKER = re.compile(r"^% computed: *(\S+) *$", re.MULTILINE)
 
@@ -120,7 +139,93 @@ def _compute(app, name):
     raise ExtensionError(f"% computed: unknown name {name!r}")
 
 
+# --- checked blocks: the numbers written in the page, recomputed and compared ----------
+BLOCK = re.compile(r"^<!-- computed: *(\S+) *-->\n(.*?)^<!-- end computed -->\n?",
+                   re.MULTILINE | re.DOTALL)
+PYTHON = re.compile(r"^```python\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
+_ITEMS = re.compile(BLOCK.pattern + "|" + PYTHON.pattern, re.MULTILINE | re.DOTALL)
+NUMBER = re.compile(r"[-−]?\d+(?:\.\d+)?(?:e[-+−]?\d+)?")
+
+
+def _run(cells, namespace):
+    """Execute ``cells`` (source strings) in ``namespace``; what they print, as a fence."""
+    import contextlib
+    import io
+
+    import numpy as np
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), np.errstate(all="ignore"):
+        for cell in cells:
+            exec(compile(cell, "<page>", "exec"), namespace)  # noqa: S102 - the page's own code
+    return "```text\n" + out.getvalue().rstrip("\n") + "\n```"
+
+
+def blocks(text, app=None):
+    """``[(name, written, computed)]`` for every checked block of a page's ``text``."""
+    found, cells, namespace = [], [], {"__name__": "__page__"}
+    for match in _ITEMS.finditer(text):
+        if match.group(3) is not None:  # a ```python cell
+            cells.append(match.group(3))
+            continue
+        name, written = match.group(1), match.group(2)
+        if name == "run":
+            computed, cells = _run(cells, namespace), []
+        else:
+            computed = _compute(app, name)
+        found.append((name, written.strip("\n"), computed.strip("\n")))
+    return found
+
+
+def _number(token):
+    return float(token.replace("−", "-"))
+
+
+def _unit(token):
+    """One unit of the last digit ``token`` prints (0 for an integer: it must match)."""
+    mantissa, _, exponent = token.replace("−", "-").lower().partition("e")
+    digits = len(mantissa.partition(".")[2])
+    if not digits and not exponent:
+        return 0.0
+    return 10.0 ** (-digits + (int(exponent) if exponent else 0))
+
+
+def same(written, computed):
+    """Whether a block's written text is what it computes: the same words, and numbers
+    within one unit of their last printed digit (at least 1e-6 for an e-notation one)."""
+    a, b = NUMBER.split(written), NUMBER.split(computed)
+    if [s.rstrip() for s in a] != [s.rstrip() for s in b]:
+        return False
+    for x, y in zip(NUMBER.findall(written), NUMBER.findall(computed)):
+        unit = _unit(x)
+        if "e" in x.lower():
+            unit = max(unit, 1e-6)
+        if abs(_number(x) - _number(y)) > 1.01 * unit:
+            return False
+    return True
+
+
+def check(text, app=None):
+    """The names of the blocks of ``text`` whose written numbers are not what they compute."""
+    return [name for name, written, computed in blocks(text, app) if not same(written, computed)]
+
+
+def rewrite(text, app=None):
+    """``text`` with every checked block holding what it computes now."""
+    fresh = iter(computed for _, _, computed in blocks(text, app))
+    return BLOCK.sub(lambda m: f"<!-- computed: {m.group(1)} -->\n{next(fresh)}\n"
+                               "<!-- end computed -->\n", text)
+
+
 def source_read(app, docname, source):
+    if "<!-- computed:" in source[0]:
+        stale = check(source[0], app)
+        if stale:
+            raise ExtensionError(
+                f"{docname}: the numbers written in the page are not what it computes "
+                f"({', '.join(stale)}); run python docs/_ext/computed.py --write "
+                f"docs/{docname}.md and read the difference")
+        source[0] = BLOCK.sub(lambda m: m.group(2), source[0])  # the markers go, the text stays
     if "% computed:" not in source[0]:
         return
     source[0] = MARKER.sub(lambda m: _compute(app, m.group(1)), source[0])
@@ -129,3 +234,36 @@ def source_read(app, docname, source):
 def setup(app):
     app.connect("source-read", source_read)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
+
+
+def main(argv=None):
+    """``--write`` or ``--check`` the checked blocks of the pages named (on the simulator
+    where no GPU is set up: ``NUMBA_ENABLE_CUDASIM`` defaults to 1 here)."""
+    import argparse
+    import os
+    import sys
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("pages", nargs="+")
+    parser.add_argument("--write", action="store_true", help="rewrite the blocks in place")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+    here = Path(__file__).resolve().parent
+    sys.path[:0] = [str(here), str(here.parent.parent)]
+    bad = 0
+    for page in args.pages:
+        path = Path(page)
+        text = path.read_text(encoding="utf-8")
+        if args.write:
+            new = rewrite(text)
+            if new != text:
+                path.write_text(new, encoding="utf-8")
+                print(f"{page}: rewritten")
+        stale = check(path.read_text(encoding="utf-8"))
+        bad += bool(stale)
+        print(f"{page}: {'stale: ' + ', '.join(stale) if stale else 'current'}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -3,9 +3,10 @@ row folded tile by tile through (m, ℓ, O) — every state computed by the devi
 
 Used two ways:
 
-* by the docs build (``computed.py`` replaces ``% computed: walk.softmax`` and
-  ``% computed: walk.attention`` in ``walk.md``), on the build machine's GPU or, without
-  one, on the CUDA simulator (``conf.py`` decides);
+* by the docs build: ``docs/textbook/2-online.md`` and ``5-flashattention.md`` hold the
+  walks written into their Markdown (``<!-- computed: walk.softmax -->`` …), and
+  ``computed.py`` recomputes them — on the build machine's GPU or, without one, on the
+  CUDA simulator (``conf.py`` decides) — and fails the build if a number moved;
 * as a script on a GPU, to commit that device's walk beside the benchmarks::
 
       python docs/_ext/walk.py --out docs/benchmarks     # writes walk-<device>.txt

@@ -10,7 +10,7 @@
    result checked against float64 first.
 2. ``caveats.md``: denormals are flushed — softmax of the float32 row [0, −100] is [1, 0]
    with every method (PyTorch: [1, 3.8e-44]); float64 keeps the denormal.
-3. ``walk.md``: the walk of one softmax row and one attention row, computed here.
+3. ``textbook/2-online.md``: the walk of one softmax row and one attention row, computed here.
 
 Prints one line per check and exits non-zero if a check fails (a docs claim is then
 wrong).  Nothing is timed: these are statements about rounding.  ~30 s on an H100, most
@@ -117,7 +117,7 @@ def main():
     print(f"docs claims on {name}")
     fma_claims(np.random.default_rng(int.from_bytes(os.urandom(4), "little")))
     ftz_claims()
-    print("3. the walk of one row (walk.md)")
+    print("3. the walk of one row (textbook/2-online.md)")
     import walk
 
     text = walk.markdown()
