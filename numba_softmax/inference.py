@@ -221,7 +221,8 @@ def append_kv(k_new, v_new, k_cache, v_cache, block_table, cache_seqlens, *, str
     ds = checks.described_all(dict(zip(names, (k_new, v_new, k_cache, v_cache))),
                               checks.ATTENTION_DTYPES)
     if ds["k_cache"].on_host:
-        raise TypeError("append_kv writes the caches in place: pass CUDA arrays, not NumPy")
+        raise TypeError("k_cache, v_cache: append_kv writes the caches in place: pass CUDA "
+                        "arrays, not NumPy")
     dev = _cache_views([(n, ds[n]) for n in names], stream)
     n_blocks, block_size = ds["k_cache"].shape[:2]
     dtable = checks.described(block_table, "block_table")

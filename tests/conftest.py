@@ -7,6 +7,11 @@
   ``gpu`` (many, larger examples) and ``fuzz`` (the long reliability run).  The right one
   of the first two is loaded by default; ``--hypothesis-profile NAME`` overrides it.
   ``deadline=None`` everywhere: the first example of a kernel pays its JIT compilation.
+* Two tiers.  ``pytest`` runs the quick tier: every test but the slow ones that
+  :data:`FULL_ONLY`, :data:`QUICK_CASES` and :data:`QUICK_WITHOUT` name (the slow cases
+  of a test whose cheapest case stays, a few slow runs of tools); ``pytest --full`` (or
+  ``NUMBA_SOFTMAX_FULL=1``) runs everything — what CI runs.  A test named on the command
+  line (``file::test``) always runs.  On a GPU both tiers run at GPU sizes.
 """
 
 import ctypes
@@ -112,7 +117,136 @@ def pytest_configure(config):
 def pytest_report_header(config):
     order = BLOCK_ORDER if BLOCK_ORDER in ("in order", "reverse") else f"shuffled, seed {BLOCK_ORDER}"
     where = f"the CUDA simulator (blocks {order})" if SIMULATOR else "the GPU"
-    return f"numba_softmax tests on {where}" + (f", as {EMULATED[TEST_AS][0]}" if TEST_AS else "")
+    return [f"numba_softmax tests on {where}" + (f", as {EMULATED[TEST_AS][0]}" if TEST_AS else ""),
+            TIERS["full" if _full(config) else "quick"]]
+
+
+# --- the two tiers ---------------------------------------------------------------------------
+TIERS = {
+    "quick": "tier: quick (pytest --full for every test, as CI runs them)",
+    "full": "tier: full (every test)",
+}
+# What the quick tier leaves to --full, chosen by time: each test's seconds on the simulator,
+# one process on two busy cores (pytest -n 0 --full --durations=0, file by file).  Left out:
+# the cases of a second or more of a parametrised test whose cheapest case stays (so every
+# kernel and path still runs, at its smallest), and whole tests of five seconds or more that
+# run a tool (the docs build, the sanitizer wrapper, the ablation variants, the CLI, the
+# examples: the functions they call have their own quick tests) or check a property that
+# another quick test checks too.  A test added later is in both tiers until named here;
+# tests/test_tiers.py fails on a name here that no longer exists.
+FULL_ONLY = [
+    "test_bench.py::test_crossovers_measure_fit_and_save_nothing_on_the_simulator",
+    "test_bench.py::test_sim_smoke_end_to_end",
+    "test_cli.py::test_an_example_without_sim_falls_back_when_there_is_no_gpu",
+    "test_cli.py::test_tour_runs_and_the_online_state_matches_the_naive_one",
+    "test_docs.py::test_docs_build_without_warnings",
+    "test_examples.py::test_01_overflow",
+    "test_examples.py::test_02_block_sweep",
+    "test_examples.py::test_03_memory_traffic",
+    "test_examples.py::test_09_decoder_step",
+    "test_examples.py::test_11_paged_decoder",
+    "test_examples.py::test_12_which_kernel",
+    "test_reliability.py::test_sanitize_workload_runs_on_the_simulator",
+    "test_reliability.py::test_sanitize_wrapper_builds_its_table",
+    "test_sample.py::test_frequencies_fit_the_exact_distribution",
+    "test_sources_notes.py::test_combiner_ptx_has_the_asymmetric_fma_and_flushes_denormals",
+    "test_topk.py::test_lagging_reference_its_rescale_and_special_chunks",
+    "test_topk_ablate.py::test_every_variant_builds_and_the_exact_and_close_ones_match_the_package",
+]
+# of these parametrised tests the quick tier runs only the cases named (the cheapest)
+QUICK_CASES = {
+    "test_arrays.py::test_numba_views_copy_or_fold_on_the_device": ["permuted", "stepped"],
+    "test_attention.py::test_num_splits_in_the_public_api": ["dtype1"],
+    "test_attention_tc.py::test_split_kv_partials_merge": ["bf16"],
+    "test_attention_tc.py::test_varlen_never_reads_past_a_sequence": ["bf16"],
+    "test_backward.py::test_attention_half_precision_storage": ["dtype0"],
+    "test_backward.py::test_wide_cluster_form": ["log_softmax-dtype3"],
+    "test_decode_tc.py::test_many_splits_of_sixteen_rows": ["tensor"],
+    "test_decode_tc.py::test_paged_decode": ["tensor"],
+    "test_decode_tc.py::test_paged_decode_in_chunks": ["pages"],
+    "test_fuzz.py::test_fuzz_softmax_topk": ["numba"],
+    "test_mutants.py::test_sample_rows_without_softmax_give_minus_one": ["warp-rows-top-k"],
+    "test_mutants.py::test_top_p_ties_are_cut_at_mass_at_least_p": ["twin", "warp-rows"],
+    "test_mutants.py::test_topk_merge_folds_more_pieces_than_threads": ["radix-kernel-2"],
+    "test_reliability.py::test_attention_failed_allocation_surfaces": ["1"],
+    "test_reliability.py::test_attention_inputs_never_modified": ["numpy"],
+    "test_reliability.py::test_attention_out_is_q": ["numba"],
+    "test_reliability.py::test_failed_allocation_surfaces": ["numpy-MemoryError"],
+    "test_reliability.py::test_inputs_never_modified": ["reversed"],
+    "test_reliability.py::test_repeat_calls_keep_earlier_results_and_see_new_data": ["auto-numba"],
+    "test_ring.py::test_virtual_ring_device": ["3-True-13-None-dtype0"],
+    "test_sample.py::test_kernel_draws_what_the_numpy_twin_draws": ["gumbel-warp-rows"],
+    "test_sample.py::test_strided_float16_rows": ["warp-rows"],
+    "test_softmax.py::test_any_axis_and_non_contiguous": ["-1"],
+    "test_softmax.py::test_special_values_follow_torch": ["auto"],
+    "test_softmax_kernels.py::test_cluster_parks_16_bit_rows_in_pairs": ["bfloat16-logsumexp"],
+    "test_softmax_kernels.py::test_cluster_pieces_in_registers":
+        ["float32-log_softmax", "float64-log_softmax", "float64-logsumexp"],
+    "test_topk.py::test_16_bit_rows_of_several_chunks": ["lists-split-3-bfloat16"],
+    "test_topk.py::test_block_per_row_shared_floor": ["False"],
+    "test_topk.py::test_radix_merge_by_bound_and_by_radix": ["None-None-True"],
+    "test_topk.py::test_radix_split_dtypes_log_temperature": ["bfloat16"],
+    "test_topk.py::test_radix_split_special_rows_and_ties": ["19-64-1-False"],
+    "test_topk.py::test_split_row_pieces_merged": ["last_piece"],
+    "test_topk_filter.py::test_filter_adversarial_orders": ["1"],
+    "test_topk_filter.py::test_filter_dtypes_log_temperature": ["float16"],
+    "test_topk_filter.py::test_filter_special_rows_and_ties": ["1-32-1"],
+}
+# and of these it leaves out the cases named
+QUICK_WITHOUT = {
+    "test_attention.py::test_attention_matches_reference": ["dtype0-False-128"],
+    "test_attention_backward_tc.py::test_matches_the_reference": ["4-bf16", "4-fp16"],
+    "test_attention_features.py::test_decode_grouped_heads_windows_and_splits":
+        ["4-2-3-True-window1-3"],
+    "test_decode_tc.py::test_decode_matches_reference":
+        ["4-1-3-sk1-8-24-True-window1-split1-dtype1-cuda_cores"],
+    "test_reliability.py::test_in_place": ["split-numba", "split-numpy"],
+    "test_softmax.py::test_every_method_dtype_and_shape":
+        ["2-float16-split-softmax", "2-float16-three_pass-log_softmax", "2-float32-online-softmax",
+         "2-float32-split-log_softmax", "2-float32-split-logsumexp", "2-float32-split-softmax",
+         "2-float64-split-softmax", "2-float64-three_pass-softmax"],
+    "test_softmax.py::test_input_never_modified": ["split"],
+    "test_softmax_kernels.py::test_every_method_dtype_and_mode":
+        ["cluster-bfloat16-log_softmax", "cluster-bfloat16-softmax", "cluster-float16-log_softmax",
+         "cluster-float16-logsumexp", "cluster-float16-softmax", "cluster-float32-log_softmax",
+         "cluster-float64-softmax"],
+    "test_softmax_kernels.py::test_fused_holds_16_bit_rows_in_pairs":
+        ["64-1008-bfloat16-log_softmax", "64-1008-bfloat16-softmax", "64-1008-float16-log_softmax",
+         "64-1008-float16-logsumexp", "64-1008-float16-softmax"],
+    "test_softmax_kernels.py::test_special_values_across_boundaries_in_strided_views":
+        ["cluster-float32", "group-float32", "split-float32"],
+}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--full", action="store_true", default=False,
+                     help="numba_softmax: the full tier — every test (default: the quick tier; "
+                          "tests/conftest.py's FULL_ONLY lists what it leaves out)")
+
+
+def _full(config):
+    return config.getoption("--full") or os.environ.get("NUMBA_SOFTMAX_FULL", "") not in ("", "0")
+
+
+def _left_to_full(nodeid):
+    """Whether the quick tier leaves the test ``nodeid`` (``tests/file::test[params]``) out."""
+    test, _, params = nodeid.partition("[")
+    test, params = test.split("/")[-1], params[:-1]
+    if test in FULL_ONLY:
+        return True
+    if test in QUICK_CASES:
+        return params not in QUICK_CASES[test]
+    return params in QUICK_WITHOUT.get(test, ())
+
+
+def pytest_collection_modifyitems(config, items):
+    if _full(config) or any("::" in a for a in config.args):
+        return  # the full tier, or tests named one by one
+    left = [item for item in items if _left_to_full(item.nodeid)]
+    if left:
+        config.hook.pytest_deselected(items=left)
+        gone = set(map(id, left))
+        items[:] = [item for item in items if id(item) not in gone]
 
 
 @pytest.fixture

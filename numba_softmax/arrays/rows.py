@@ -44,7 +44,10 @@ class Rows:
     ``facts``: what a launch plan's look-up read of ``x`` (:func:`.kinds.describe`)."""
 
     def __init__(self, x, axis, name="x", allowed=kinds.FLOATS, facts=None):
-        self.d = d = kinds.describe(x, facts=facts)
+        try:
+            self.d = d = kinds.describe(x, facts=facts)
+        except TypeError as e:  # not an array: say which argument
+            raise TypeError(f"{name}: {e}") from None
         check_dtype(d, name, allowed)
         self.kind, self.dtype, self.name = d.kind, d.dtype, name
         self.axis = normalize_axis(axis, d.ndim)

@@ -1,0 +1,36 @@
+"""The two tiers of the suite (tests/conftest.py): every test and case the quick tier's lists
+name exists, so a renamed test or case cannot silently move back into the quick tier, and
+the quick tier keeps at least one case of every parametrised test."""
+
+import subprocess
+import sys
+
+import conftest
+
+from _helpers import ROOT
+
+
+def collected():
+    """Node ids of the full tier, as ``file::test`` → set of parameter ids ('' for none)."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-qq", "--full",
+                          "-p", "no:cacheprovider", "-n", "0", "tests"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    tests = {}
+    for line in out.splitlines():
+        if "::" in line:
+            test, _, params = line.strip().partition("[")
+            tests.setdefault(test.split("/")[-1], set()).add(params[:-1])
+    return tests
+
+
+def test_the_quick_tier_lists_name_collected_tests():
+    tests = collected()
+    stale = [t for t in conftest.FULL_ONLY if t not in tests]
+    for table in (conftest.QUICK_CASES, conftest.QUICK_WITHOUT):
+        stale += [f"{t}[{p}]" for t, cases in table.items() for p in cases
+                  if p not in tests.get(t, ())]
+    assert not stale, f"tests/conftest.py names tests that no longer exist: {stale}"
+    for test, cases in tests.items():  # a parametrised test keeps a case, unless all are out
+        if test not in conftest.FULL_ONLY:
+            assert any(not conftest._left_to_full(f"tests/{test}[{p}]" if p else f"tests/{test}")
+                       for p in cases), test
