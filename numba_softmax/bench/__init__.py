@@ -16,6 +16,10 @@ decode              GQA decode vs SDPA dense decode, split-KV and paged (:mod:`.
 backward            softmax / log_softmax backward vs torch (:mod:`.backward`)
 attention_backward  vs SDPA backward (:mod:`.backward`)
 topk                fused softmax + top-k vs torch.topk(torch.softmax) (:mod:`.topk`)
+textbook            each rung of ``numba_softmax/textbook/`` (s1–s5, a1, a2, d1, b1, b2), by its
+                    ``launch``, beside the fast kernel of the same algorithm at the same
+                    shape: GB/s by both byte models, % copy or TFLOP/s, × textbook
+                    (:mod:`.textbook`)
 overhead            host time per call against the peers' calls, with its targets (:mod:`.overhead`)
 crossovers          only when named (``--crossovers``): ``fused``, ``onchip``, ``cluster``,
                     ``group`` at rows of 16–160 KB; fits and saves ``auto``'s table
@@ -48,11 +52,12 @@ CSV schema
 bandwidth, peaks, timing, mode (and the seconds per section).  Then one row per
 measurement; empty cells where a column does not apply:
 
-suite        bounds | softmax | attention | decode | backward | topk | overhead |
-             crossovers
+suite        bounds | softmax | attention | decode | backward | topk | textbook |
+             overhead | crossovers
 impl         method (three_pass, online, …, auto), ``numba_softmax``, ``split-KV``,
              ``paged``, or the peer (torch, torch.sdpa, cupy, triton tutorial, triton
-             seed001, torch.backward, torch.topk(softmax)); overhead: the call
+             seed001, torch.backward, torch.topk(softmax)); overhead: the call;
+             textbook: ``textbook s3`` (a rung), ``fast online`` (its fast kernel)
 level        kernel (CUDA events) | call (host clock + synchronisation)
 array        the array kind the call was given: numba | torch | cupy
 dtype        float32 | float16 | bfloat16 (crossovers: float64 too)
@@ -72,13 +77,15 @@ pct_copy     gbps as % of the copy bandwidth of this run
 bound        copy | read | peak: the ceiling pct_bound divides by
 pct_bound    % of that ceiling (read: the read-only stream; peak: dense TFLOP/s)
 model_bytes  bytes the method really moves by its own traffic model (softmax:
-             three_pass 4 passes of M·N·b, online and split 3, fused and onchip 2)
+             three_pass 4 passes of M·N·b, online and split 3, fused and onchip 2;
+             textbook: the rung's, as its docstring counts them)
 pct_model    model_bytes / time as % of copy: % of the method's own bound
 tflops       flops / median time, 10¹² /s
 x_torch      the torch peer's time / this row's (same problem, level and dtype; > 1 faster)
 base         overhead: the call this row is held to (torch.softmax(x), sdpa(q, q, q), or
-             the allocating call for an out= row);  base_ms: its time
-x_base       this row's time / base_ms
+             the allocating call for an out= row); textbook: a fast row's rung;
+             base_ms: its time
+x_base       this row's time / base_ms (textbook's "× textbook" column: base_ms / time)
 target       pass | FAIL: the overhead target (≤ 2× base; out=: GB/s within 5 %)
 goal         pass | miss: the overhead goal (≤ 1.5× base)
 note         auto's choice, "host-bound", fewer repeats, SDPA without GQA …

@@ -21,6 +21,7 @@ SECTIONS = (
     ("backward", "backward:run_softmax"),
     ("attention_backward", "backward:run_attention"),
     ("topk", "topk:run"),
+    ("textbook", "textbook:run"),
     ("overhead", "overhead:run"),
     ("crossovers", "crossovers:run"),
 )

@@ -33,6 +33,7 @@ _COLUMNS = {  # key: (header, row → value, format)
     "copy": ("% copy", lambda r: r.pct_copy, ".3g"),
     "passes": ("passes", lambda r: r.model_bytes and 2 * r.model_bytes / r.bytes, ".2g"),
     "own": ("% own", lambda r: r.pct_model, ".3g"),
+    "own_gbps": ("GB/s own", lambda r: r.model_bytes and r.model_bytes / r.median_ms / 1e6, ".4g"),
     "bound": ("bound", lambda r: r.bound, ""),
     "pct": ("% bound", lambda r: r.pct_bound, ".3g"),
     "read": ("% read", lambda r: r.pct_bound, ".3g"),
@@ -41,6 +42,7 @@ _COLUMNS = {  # key: (header, row → value, format)
     "torch": ("× torch", lambda r: r.x_torch, ".2f"),
     "sdpa": ("× SDPA", lambda r: r.x_torch, ".2f"),
     "base": ("held to", lambda r: r.base, ""),
+    "x_textbook": ("× textbook", lambda r: r.base_ms and r.base_ms / r.median_ms, ".2f"),
     "base_us": ("its µs", lambda r: None if r.base_ms is None else r.base_ms * 1e3, ".1f"),
     "x_base": ("× it", lambda r: r.x_base, ".2f"),
     "target": ("≤ 2× (target)", lambda r: r.target, ""),
@@ -55,6 +57,7 @@ SUITE_COLUMNS = {
     "backward": "impl array dtype shape reps ms gbps copy tflops bound pct torch note",
     "topk": "impl array dtype shape reps ms gbps read torch note",
     "overhead": "impl array shape us gbps copy base base_us x_base target goal note",
+    "textbook": "impl dtype shape reps ms gbps copy own_gbps own tflops bound pct x_textbook note",
 }
 
 
