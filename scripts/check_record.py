@@ -129,8 +129,10 @@ def main():
                 state = (f"current in code (since tree {rec['git_hash']} only docstrings, "
                          f"comments or simulator-only modules changed: {', '.join(changes[1])})")
             else:
+                named = changes[0][:8] + ([f"and {len(changes[0]) - 8} more files"]
+                                          if len(changes[0]) > 8 else [])
                 state = (f"STALE (code changed since tree {rec['git_hash']}: "
-                         f"{', '.join(changes[0])})")
+                         f"{', '.join(named)})")
         print(f"GPU check record {path.name}: {state}; {rec.get('verdict', '?')} on "
               f"{rec.get('device', '?')}, {rec.get('date', '?')}, {rec.get('fuzz_cases', '?')} fuzz cases")
     return 0
