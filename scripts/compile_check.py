@@ -98,6 +98,7 @@ class Entry(NamedTuple):
     pick: object = 0  # which kernel of a tuple or dict the factory returns
     block: int = 0  # threads a block at launch (0: not fixed by the entry)
     min_cc: tuple = (8, 0)  # the oldest target it compiles for (clusters: sm_90)
+    arch: str = ""  # "a": the arch-specific target (sm_90a: wgmma, setmaxnreg)
 
     @property
     def key(self):
@@ -516,6 +517,16 @@ def _plumbing():
         out.append(Entry("bench.fill", name, "bench.context:_fill_kernel", (name,),
                          (C(t, 1), int64, float32, float32), block=256))
     out.append(Entry("bench.sleep", "-", "bench.timing:_sleep_kernel", (), (int64, uint32), block=1))
+    # the Hopper primitives' own kernels (kernels/hw/wgmma.py, tma.py), for sm_90a
+    for n, kind, regs in ((64, "f16", 0), (256, "bf16", 0), (64, "f16", 232)):
+        out.append(Entry("hw.wgmma", f"{kind} m64n{n}k16 x4" + (f" setmaxnreg {regs}" if regs else ""),
+                         "kernels.hw.wgmma:example_kernel", (n, kind, 4, regs),
+                         (C(uint16, 2), C(uint16, 2), C(float32, 2)), block=128, min_cc=(9, 0),
+                         arch="a"))
+    for rows, sw in ((64, 1), (16, 0)):
+        out.append(Entry("hw.tma", f"box {rows}x64 f16 swizzle {sw}", "kernels.hw.tma:example_kernel",
+                         (rows, 64, sw), (C(uint64, 1), int64, int64, C(uint16, 1)), block=128,
+                         min_cc=(9, 0), arch="a"))
     return out
 
 
@@ -683,7 +694,8 @@ def compile_entry(e, ptx_dir=None, as_linked=False):
         return dict(status="build", error=_error(exc), seconds=time.perf_counter() - t0)
     opts = getattr(k, "targetoptions", {})
     try:
-        ptx, _ = cuda.compile_ptx(k.py_func, e.sig, cc=CC, fastmath=opts.get("fastmath", False),
+        cc = CC + (e.arch,) if e.arch else CC  # (9, 0, "a"): NVVM's sm_90a
+        ptx, _ = cuda.compile_ptx(k.py_func, e.sig, cc=cc, fastmath=opts.get("fastmath", False),
                                   launch_bounds=opts.get("launch_bounds"))
     except Exception as exc:  # noqa: BLE001
         return dict(status="compile", error=_error(exc), seconds=time.perf_counter() - t0)
@@ -696,7 +708,7 @@ def compile_entry(e, ptx_dir=None, as_linked=False):
             f.write(ptx)
         relocatable = ["-c"] if "cudaCGGetIntrinsicHandle" in ptx else []  # cooperative
         cap = [f"-maxrregcount={opts['max_registers']}"] if opts.get("max_registers") else []
-        r = subprocess.run(["ptxas", f"-arch=sm_{CC[0]}{CC[1]}", "-v", *relocatable, *cap,
+        r = subprocess.run(["ptxas", f"-arch=sm_{CC[0]}{CC[1]}{e.arch}", "-v", *relocatable, *cap,
                             f"{d}/k.ptx", "-o", f"{d}/k.cubin"], capture_output=True, text=True)
         report = r.stdout + r.stderr
         if ptx_dir:

@@ -1,0 +1,216 @@
+"""The Tensor Memory Accelerator (sm_90): 2-D tile loads to shared memory, ``mbarrier``\\ s.
+
+One thread issues ``cp.async.bulk.tensor.2d``: the copy engine moves a whole box (rows ×
+cols of a 2-D global array, described by a *tensor map*) into shared memory, filling
+what lies outside the array with zeros, optionally 128-byte swizzled (:mod:`.wgmma`
+draws the swizzle) — no thread holds any of it.  Completion is counted in bytes on an
+``mbarrier``, a 64-bit shared-memory object::
+
+    mbarrier word:  phase bit │ pending arrivals │ expected arrivals │ transaction bytes
+
+    producer (one thread)                       consumers (all threads)
+    arrive_expect_tx(bar, i, box bytes) ──┐      wait(bar, i, phase)  … spins
+    tma_load_2d(smem, j, tmap, col, row,  │
+                bar, i)  ── copy engine ──┴─► bytes arrive: tx → 0, arrivals → 0
+                                              ⇒ the phase completes: phase bit flips,
+                                                pending arrivals ← expected; waiters go
+
+A phase completes when every expected arrival has arrived *and* every expected byte has
+landed; ``try_wait.parity(p)`` is true once the phase of parity p is over, so a consumer
+of a ring of stages waits with parity 0, 1, 0, 1, … on each stage's barrier.
+
+**The tensor map.**  ``encode_tiled(array, box_rows, box_cols, swizzle)`` asks the driver
+(``cuda.bindings.driver.cuTensorMapEncodeTiled``) for the 128-byte opaque map and returns
+it as 16 uint64 words on the host; the kernel takes them as a ``uint64[16]`` device array.
+CUDA C++ passes the map by value as a ``const __grid_constant__`` parameter
+(``.param .align 64 .b8 [128]``) and takes its address in the parameter space; Numba
+cannot: it flattens every argument into scalar parameters (a tuple of 16 uint64 becomes
+16 parameters, a NumPy record is copied to device memory and passed by pointer) and has
+no way to mark a parameter ``__grid_constant__`` or align it to 64 bytes.  So the map
+lives in global memory (a device allocation: 256-byte aligned), which the PTX ISA allows
+for the tensor-map operand; since it was written through another proxy, the kernel
+makes it visible to the copy engine first with ``fence.proxy.tensormap::generic.acquire``
+(:func:`tensormap_acquire`, once a block; ``prefetch.tensormap`` warms its cache line).
+
+The names (``bar``: a uint64 shared array; ``smem``: a uint16 shared array, 1024-byte
+aligned when swizzled; ``tmap``: the uint64[16] device array)::
+
+    mbarrier_init(bar, i, count)            expect ``count`` arrivals a phase
+    arrive_expect_tx(bar, i, nbytes)        arrive, and expect nbytes more this phase
+    arrive(bar, i)                          arrive
+    try_wait(bar, i, parity) -> bool        has the phase of this parity completed?
+    wait(bar, i, parity)                    spin until it has
+    tma_load_2d(smem, j, tmap, col, row, bar, i)
+                                            smem[j …] ← the box at (row, col)
+    fence_proxy_async()                     this thread's shared-memory writes, visible to
+                                            the async proxy (wgmma, TMA stores)
+    tensormap_acquire(tmap), prefetch_tensormap(tmap)
+
+Under the simulator (:mod:`._tma_sim`) the map's words name a registered host array,
+the copy happens when issued (zero fill and swizzle included) and completes its bytes on
+the barrier, whose state lives in the same 64-bit word — same kernel source.
+Source: PTX ISA, "Tensor Copy" (cp.async.bulk.tensor), "mbarrier", "Tensor-map".
+"""
+
+import numpy as np
+from numba import cuda, uint16, uint64
+
+from ...runtime.sim import simulator_enabled
+
+NONE, SWIZZLE_128B = 0, 1
+_DTYPES = {np.dtype(np.float16): "FLOAT16", np.dtype(np.uint16): "BFLOAT16",
+           np.dtype(np.float32): "FLOAT32"}
+
+
+def _check_box(array, box_rows, box_cols, swizzle):
+    dtype = np.dtype(array.dtype)
+    if dtype not in _DTYPES or len(array.shape) != 2:
+        raise TypeError(f"array: a 2-D float16, uint16 (bfloat16 bits) or float32 array, "
+                        f"got {dtype} with shape {array.shape}")
+    if not (1 <= box_rows <= 256 and 1 <= box_cols <= 256):
+        raise ValueError(f"box_rows, box_cols: 1 … 256, got {box_rows}, {box_cols}")
+    if (box_cols * dtype.itemsize) % 16:
+        raise ValueError(f"box_cols: a row of the box is a multiple of 16 bytes, got {box_cols}")
+    if swizzle == SWIZZLE_128B and box_cols * dtype.itemsize != 128:
+        raise ValueError("swizzle: the 128-byte swizzle takes rows of exactly 128 bytes")
+    if swizzle not in (NONE, SWIZZLE_128B):
+        raise ValueError(f"swizzle: NONE or SWIZZLE_128B, got {swizzle}")
+
+
+if simulator_enabled():
+    from ._tma_sim import (  # noqa: F401
+        arrive,
+        arrive_expect_tx,
+        encode_tiled,
+        fence_proxy_async,
+        mbarrier_init,
+        prefetch_tensormap,
+        tensormap_acquire,
+        tma_load_2d,
+        try_wait,
+        wait,
+    )
+else:
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    from .mma import _item, inline_asm, plain_asm, shared_address
+
+    _I32, _I64 = ir.IntType(32), ir.IntType(64)
+
+    def _bar_op(text, extra, ret=None):
+        """An intrinsic f(bar, i, *extra) whose asm gets the barrier's address as $0 (or $1
+        after a result), then the extra operands as uint32 values."""
+        def make(typingctx, bar, i, *rest):
+            def codegen(context, builder, sig, args):
+                addr = shared_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+                ops = [addr] + [context.cast(builder, a, t, types.uint32)
+                                for a, t in zip(args[2:], sig.args[2:])]
+                cons = ",".join((["=r"] if ret else []) + ["r"] * len(ops)) + ",~{memory}"
+                out = inline_asm(builder, _I32 if ret else ir.VoidType(), ops, text, cons,
+                                 side_effect=True)
+                if ret:
+                    return builder.icmp_unsigned("!=", out, ir.Constant(_I32, 0))
+                return context.get_dummy_value()
+
+            return (types.boolean if ret else types.void)(bar, i, *rest), codegen
+
+        if extra == 0:
+            return intrinsic(lambda typingctx, bar, i: make(typingctx, bar, i))
+        return intrinsic(lambda typingctx, bar, i, x: make(typingctx, bar, i, x))
+
+    mbarrier_init = _bar_op("mbarrier.init.shared::cta.b64 [$0], $1;", 1)
+    arrive_expect_tx = _bar_op("mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", 1)
+    arrive = _bar_op("mbarrier.arrive.shared::cta.b64 _, [$0];", 0)
+    try_wait = _bar_op("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2; "
+                       "selp.u32 $0, 1, 0, p; }", 1, ret=True)
+    # the loop in the asm: labels inside { } are local to the block, so copies may repeat
+    wait = _bar_op("{ .reg .pred p; WAIT: mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1; "
+                   "@!p bra WAIT; }", 1)
+
+    @intrinsic
+    def tma_load_2d(typingctx, smem, j, tmap, col, row, bar, i):
+        def codegen(context, builder, sig, args):
+            st, jt, mt, ct, rt, bt, it = sig.args
+            dst = shared_address(context, builder, st, args[0], args[1], jt)
+            mp = builder.ptrtoint(_item(context, builder, mt, args[2], [0]), _I64)  # generic
+            coords = [builder.trunc(context.cast(builder, args[n], sig.args[n], types.int64), _I32)
+                      for n in (3, 4)]
+            b = shared_address(context, builder, bt, args[5], args[6], it)
+            inline_asm(builder, ir.VoidType(), [dst, mp] + coords + [b],
+                       "cp.async.bulk.tensor.2d.shared::cluster.global.tile"
+                       ".mbarrier::complete_tx::bytes [$0], [$1, {$2, $3}], [$4];",
+                       "r,l,r,r,r,~{memory}", side_effect=True)
+            return context.get_dummy_value()
+
+        return types.void(smem, j, tmap, col, row, bar, i), codegen
+
+    def _map_op(text):
+        @intrinsic
+        def op(typingctx, tmap):
+            def codegen(context, builder, sig, args):
+                mp = builder.ptrtoint(_item(context, builder, sig.args[0], args[0], [0]), _I64)
+                inline_asm(builder, ir.VoidType(), [mp], text, "l,~{memory}", side_effect=True)
+                return context.get_dummy_value()
+
+            return types.void(tmap), codegen
+
+        return op
+
+    tensormap_acquire = _map_op("fence.proxy.tensormap::generic.acquire.gpu [$0], 128;")
+    prefetch_tensormap = _map_op("prefetch.tensormap [$0];")  # (generic addresses)
+    fence_proxy_async = plain_asm("fence.proxy.async.shared::cta;")
+
+    def encode_tiled(array, box_rows, box_cols, swizzle=NONE):
+        """The tensor map of ``box_rows`` × ``box_cols`` boxes of the 2-D device ``array``
+        (row stride a multiple of 16 bytes), as 16 uint64 words: copy them to the device."""
+        import ctypes
+
+        from cuda.bindings import driver as drv
+
+        _check_box(array, box_rows, box_cols, swizzle)
+        dtype = np.dtype(array.dtype)
+        rows, cols = array.shape
+        pitch = array.strides[0]
+        if pitch % 16 or array.strides[1] != dtype.itemsize:
+            raise ValueError("array: rows of contiguous values, 16-byte aligned row stride")
+        kind = getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{_DTYPES[dtype]}")
+        sw = (drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzle == SWIZZLE_128B
+              else drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE)
+        err, tmap = drv.cuTensorMapEncodeTiled(
+            kind, 2, array.__cuda_array_interface__["data"][0], [cols, rows], [pitch],
+            [box_cols, box_rows], [1, 1], drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sw, drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)  # NONE: zeros
+        if err != drv.CUresult.CUDA_SUCCESS:
+            raise ValueError(f"cuTensorMapEncodeTiled: {err}")
+        return np.frombuffer(ctypes.string_at(tmap.getPtr(), 128), np.uint64).copy()
+
+
+def example_kernel(box_rows, box_cols, swizzle=NONE):
+    """One block: the box at (row, col) of the map's array lands in shared memory by TMA,
+    the block waits on the mbarrier and copies it out to ``out`` (uint16 bits, as stored:
+    swizzled if the map swizzles).  The tests' and compile check's kernel."""
+    from .jit import kernel
+    from .wgmma import TILE_ALIGN
+
+    size = box_rows * box_cols
+
+    @kernel
+    def k(tmap, row, col, out):
+        tile = cuda.shared.array(size, uint16, alignment=TILE_ALIGN)
+        bar = cuda.shared.array(1, uint64)
+        tid = cuda.threadIdx.x
+        if tid == 0:
+            tensormap_acquire(tmap)
+            mbarrier_init(bar, 0, 1)
+        cuda.syncthreads()
+        if tid == 0:
+            arrive_expect_tx(bar, 0, size * 2)
+            tma_load_2d(tile, 0, tmap, col, row, bar, 0)
+        wait(bar, 0, 0)
+        for idx in range(tid, size, cuda.blockDim.x):
+            out[idx] = tile[idx]
+
+    return k
