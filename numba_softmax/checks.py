@@ -49,7 +49,7 @@ def described_all(named, allowed, facts=None):
     read of each, in the same order (or None)."""
     facts = facts or (None,) * len(named)
     out, first = {}, None
-    for (name, x), f in zip(named.items(), facts):
+    for (name, x), f in zip(named.items(), facts, strict=True):
         d = described(x, name, f)
         check_dtype(d, name, allowed[name] if isinstance(allowed, dict) else allowed)
         if first is not None and d.kind != out[first].kind:

@@ -9,8 +9,8 @@ a change to the shared device functions can be weighed before a GPU is at hand.
 
 PACKAGE_DIR: the folder holding another ``numba_softmax`` to count instead (e.g. one
 ``git archive``'d from an earlier tree), for a before/after.  The row arrays are typed
-C-contiguous (``[:, ::1]``), as a launch on contiguous rows compiles them; until the
-thirty-ninth session they were typed as any layout (``[:, :]``), whose indexing adds a
+C-contiguous (``[:, ::1]``), as a launch on contiguous rows compiles them; until an earlier
+version of this script they were typed as any layout (``[:, :]``), whose indexing adds a
 multiply by the column stride a vector — the counts in ``docs/algorithms/group.md`` were
 taken so.  Needs a ``ptxas`` on the
 PATH (as scripts/ptxinfo.py does).  Prints registers, spill bytes, the kernel's static

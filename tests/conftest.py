@@ -254,7 +254,7 @@ def four_warp_blocks(monkeypatch):
     """Blocks of up to 128 threads on the simulator, whose launch limit is 64 (two warps):
     for a path only blocks of more than two warps take (the top-k lists' shared floor).
     Nothing changes on a GPU.  Returns ``allow(launcher)``, the same for another copy of
-    the package's launcher module (``scripts/gpu/topk_ablate.py``'s variants)."""
+    the package's launcher module (``scripts/experiments/topk_ablate.py``'s variants)."""
 
     def allow(launcher):
         if SIMULATOR:

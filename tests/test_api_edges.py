@@ -1,4 +1,4 @@
-"""Edges of the public attention API that an audit found (sixteenth session): each was a
+"""Edges of the public attention API that an audit found: each was a
 crash, a silent wrong answer or an unclear error before, and is checked here through the
 public functions with tiny shapes."""
 

@@ -119,9 +119,9 @@ def test_bad_shapes_are_refused():
     with pytest.raises(ValueError, match="setmaxnreg"):
         wgmma.setmaxnreg_inc(250)
     with pytest.raises(TypeError, match="array"):
-        tma._check_box(np.zeros((4, 4, 4), np.float16), 4, 8, tma.NONE)
+        tma.check_box(np.zeros((4, 4, 4), np.float16), 4, 8, tma.NONE)
     with pytest.raises(ValueError, match="box_cols"):
-        tma._check_box(np.zeros((4, 4), np.float16), 4, 4, tma.NONE)
+        tma.check_box(np.zeros((4, 4), np.float16), 4, 4, tma.NONE)
 
 
 @sim_only

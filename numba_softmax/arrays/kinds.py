@@ -150,7 +150,7 @@ def _from_facts(x, key, ptr):
             return describe(x)
         return Described(x, lib, _dtype_named(str(dtype)[len("torch."):]), tuple(shape),
                          tuple(strides), ptr, x.element_size(), device.index)
-    dtype = np.dtype(key[1])
+    dtype = x.dtype if is_numba(x) else np.dtype(key[1])  # as describe reads it
     item = dtype.itemsize
     if lib == "cupy":
         _, _, shape, strides, device, _ = key

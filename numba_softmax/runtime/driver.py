@@ -32,6 +32,7 @@ def current_device():
 def set_kernel_attribute(name, value, handle, device):
     """``cuKernelSetAttribute``: set the ``CUfunction_attribute`` ``name`` on the compiled
     kernel ``handle`` for ``device``; raises RuntimeError with the driver's error."""
+    _require()
     attr = getattr(cu.CUfunction_attribute, name)
     (err,) = cu.cuKernelSetAttribute(attr, value, handle, device)
     if int(err) != 0:
@@ -40,5 +41,12 @@ def set_kernel_attribute(name, value, handle, device):
 
 def kernel_function(handle):
     """The CUfunction of the compiled kernel ``handle`` in the current context, or None."""
+    _require()
     err, func = cu.cuKernelGetFunction(handle)
     return None if int(err) != 0 else func
+
+
+def _require():
+    if cu is None:
+        raise RuntimeError("this needs the CUDA driver's Python bindings (cuda.bindings, "
+                           "installed with numba-cuda[cu12] or [cu13])")

@@ -10,20 +10,20 @@ Variants — copies of ``numba_softmax`` in a temporary folder, each edited in a
 
 ``as is``     the package;
 ``no floor``  the warps of a block share no floor (exact: the same values and indices);
-``floor 2``   a floor in blocks of two warps too, as until tree 2c9b584 (exact; the
+``floor 2``   a floor in blocks of two warps too, as an earlier stream did (exact; the
               package shares one only where a block has more than two warps);
 ``floor/4``   the floor exchanged every fourth chunk, not every chunk (exact);
-``no lag``    ℓ against each chunk's own max, the online step every chunk — the stream
-              of tree 6b39aa0, whose exponentials wait for the chunk's max (close:
+``no lag``    ℓ against each chunk's own max, the online step every chunk — an earlier
+              stream, whose exponentials wait for the chunk's max (close:
               ℓ is summed against another reference; the lagging sums are dead code);
 ``scaled``    u = x·(1/T) at T = 1 too, as before the stream was specialised for T = 1
               (the one-kernel path; exact: x·1 = x);
-``hit 64``    several slots (k > 32), a chunk with candidates, as until tree 2a51a7c: each
+``hit 64``    several slots (k > 32), a chunk with candidates, as an earlier stream did: each
               lane counts them in int64 (Numba's int32 + int32), scans the counts with
               two shuffles a step and tests all vpt values to write its own (exact);
               the package marks them as bits and writes only those, a select tree
               picking each u[i];
-``serial 16`` one slot (k ≤ 32), a chunk with candidates, as until tree 1e30e31: a vote
+``serial 16`` one slot (k ≤ 32), a chunk with candidates, as an earlier stream did: a vote
               on each of the vpt values in turn, θ read again after each that had
               candidates (exact); the package takes the lanes' candidate bits, lane by
               lane, lowest i first;
@@ -77,7 +77,7 @@ def _span(first, last):
 
 HIT_NOW = _span("                    mine = numba.int32(cuda.popc(bits))", "count = numba.int32(count + total)\n")
 SERIAL_NOW = _span("                    lanes = ballot(bits != 0)", "th_u, th_j = threshold(lv, li, k)\n")
-SERIAL_BEFORE = (  # … as until tree 1e30e31: a vote for each i, θ re-read after each i with candidates
+SERIAL_BEFORE = (  # … as an earlier stream did: a vote for each i, θ re-read after each i with candidates
     "                    for i in range(vpt):\n"
     "                        j = index(base, t, R, i)\n"
     "                        j = numba.int32(j if j < stop else EMPTY)\n"
@@ -91,7 +91,7 @@ SERIAL_BEFORE = (  # … as until tree 1e30e31: a vote for each i, θ re-read af
     "                            th_u, th_j = threshold(lv, li, k)  # θ rises: fewer candidates at i + 1\n"
     "                            gate = max(floor, th_u)\n"
 )
-HIT_BEFORE = (  # … as until tree 2a51a7c: a count, the scan in int64, 16 tests
+HIT_BEFORE = (  # … as an earlier stream did: a count, the scan in int64, 16 tests
     "                    mine = numba.int32(0)  # this lane's candidates, and the lanes' before it\n"
     '                    for i in range(vpt):\n'
     '                        mine += numba.int32(1) if u[i] >= gate else numba.int32(0)\n'

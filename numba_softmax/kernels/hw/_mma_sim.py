@@ -18,12 +18,12 @@ from ...runtime.sim import lane_id, warp_exchange
 from .jit import f32_to_bf16
 
 
-def _f16(word):
+def f16_pair(word):
     """The two fp16 values packed in a uint32 (lower half first), as Python floats."""
     return struct.unpack("<2e", struct.pack("<I", word))
 
 
-def _bf16(word):
+def bf16_pair(word):
     return struct.unpack("<2f", struct.pack("<2I", (word & 0xFFFF) << 16, word & 0xFFFF0000))
 
 
@@ -48,7 +48,7 @@ def _mma(decode):
     return mma
 
 
-mma_f16, mma_bf16 = _mma(_f16), _mma(_bf16)
+mma_f16, mma_bf16 = _mma(f16_pair), _mma(bf16_pair)
 
 
 def _word(lo, hi):

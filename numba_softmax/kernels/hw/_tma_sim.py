@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from .tma import SWIZZLE_128B, _check_box
+from .tma import SWIZZLE_128B, check_box
 from .wgmma import swizzle as _swizzle
 
 _LOCK = threading.Lock()
@@ -87,7 +87,7 @@ def wait(bar, i, parity):
 
 def encode_tiled(array, box_rows, box_cols, swizzle=0):
     """The simulator's tensor map: 16 uint64 words naming ``array`` (kept, not copied)."""
-    _check_box(array, box_rows, box_cols, swizzle)
+    check_box(array, box_rows, box_cols, swizzle)
     with _LOCK:
         _MAPS.append(array)
         number = len(_MAPS) - 1

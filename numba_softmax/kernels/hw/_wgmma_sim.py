@@ -18,7 +18,7 @@ import threading
 import numpy as np
 
 from ...runtime.sim import lane_id, warp_exchange
-from ._mma_sim import _bf16, _f16
+from ._mma_sim import bf16_pair, f16_pair
 from .wgmma import WIDTH, encode, swizzle
 
 
@@ -92,7 +92,7 @@ def _check(n, kind):
     if n % 8 or not 8 <= n <= 256 or kind not in ("f16", "bf16"):
         raise ValueError(f"wgmma m64nNk16 takes N = 8 … 256 (a multiple of 8) and kind "
                          f"f16 or bf16, got n={n}, kind={kind!r}")
-    return _f16 if kind == "f16" else _bf16
+    return f16_pair if kind == "f16" else bf16_pair
 
 
 def wgmma_ss(n, kind):

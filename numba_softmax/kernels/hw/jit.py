@@ -37,7 +37,8 @@ _ACCUMULATE = {np.dtype(np.float16): numba.float32, np.dtype(np.float32): numba.
 
 
 def kernel(fn=None, **options):
-    """``cuda.jit`` with the project's compile options: every kernel is built by this.
+    """``cuda.jit`` with the project's compile options: every kernel of ``kernels/`` is built
+    by this (the runtime's strided copy, which does no arithmetic, is plain ``cuda.jit``).
     ``@kernel`` or ``@kernel(launch_bounds=…)`` (more ``cuda.jit`` options; the simulator
     takes neither launch bounds nor ``max_registers``: there they are dropped)."""
     if simulator_enabled():

@@ -104,7 +104,7 @@ else:
         fnty = ir.FunctionType(ret, [a.type for a in args])
         return builder.call(ir.InlineAsm(fnty, text, constraints, side_effect=side_effect), args)
 
-    def _item(context, builder, arr_type, arr, indices):
+    def array_item(context, builder, arr_type, arr, indices):
         """Pointer to arr[indices] (indices: (llvm value, numba type) or int constants)."""
         ary = context.make_array(arr_type)(context, builder, value=arr)
         idx = [ir.Constant(ir.IntType(64), i) if isinstance(i, int)
@@ -134,8 +134,8 @@ else:
         def mma(typingctx, c, ci, a, ai, b0, b1):
             def codegen(context, builder, sig, args):
                 ct, cit, at, ait, _, _ = sig.args
-                cp = [_item(context, builder, ct, args[0], [(args[1], cit), r]) for r in range(4)]
-                ap = [_item(context, builder, at, args[2], [(args[3], ait), r]) for r in range(4)]
+                cp = [array_item(context, builder, ct, args[0], [(args[1], cit), r]) for r in range(4)]
+                ap = [array_item(context, builder, at, args[2], [(args[3], ait), r]) for r in range(4)]
                 ops = [builder.load(p) for p in ap] + [args[4], args[5]]
                 ops += [builder.load(p) for p in cp]
                 d = inline_asm(builder, ir.LiteralStructType([_F32] * 4), ops, text,
@@ -191,7 +191,7 @@ else:
         def codegen(context, builder, sig, args):
             st, it, srct, rt, colt, okt = sig.args
             dst = shared_address(context, builder, st, args[0], args[1], it)
-            ptr = _item(context, builder, srct, args[2], [(args[3], rt), (args[4], colt)])
+            ptr = array_item(context, builder, srct, args[2], [(args[3], rt), (args[4], colt)])
             ok_ = context.cast(builder, args[5], okt, types.boolean)
             size = builder.select(ok_, ir.Constant(_I32, 16), ir.Constant(_I32, 0))
             # src-size 0: nothing is read, the 16 bytes are zero-filled
@@ -236,7 +236,7 @@ else:
     @intrinsic
     def red_add_v2(typingctx, arr, i, j, r, c, x, y):
         def codegen(context, builder, sig, args):
-            ptr = _item(context, builder, sig.args[0], args[0],
+            ptr = array_item(context, builder, sig.args[0], args[0],
                         [(args[n], sig.args[n]) for n in range(1, 5)])
             xs = [context.cast(builder, args[n], sig.args[n], types.float32) for n in (5, 6)]
             inline_asm(builder, ir.VoidType(), [_address(builder, ptr, 1, 64)] + xs,
@@ -249,7 +249,7 @@ else:
     @intrinsic
     def red_add_v4(typingctx, arr, i, j, r, c, v, o):
         def codegen(context, builder, sig, args):
-            ptr = _item(context, builder, sig.args[0], args[0],
+            ptr = array_item(context, builder, sig.args[0], args[0],
                         [(args[n], sig.args[n]) for n in range(1, 5)])
             vt, ot = sig.args[5], sig.args[6]
             local = context.make_array(vt)(context, builder, value=args[5])

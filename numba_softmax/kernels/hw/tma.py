@@ -62,7 +62,7 @@ _DTYPES = {np.dtype(np.float16): "FLOAT16", np.dtype(np.uint16): "BFLOAT16",
            np.dtype(np.float32): "FLOAT32"}
 
 
-def _check_box(array, box_rows, box_cols, swizzle):
+def check_box(array, box_rows, box_cols, swizzle):
     dtype = np.dtype(array.dtype)
     if dtype not in _DTYPES or len(array.shape) != 2:
         raise TypeError(f"array: a 2-D float16, uint16 (bfloat16 bits) or float32 array, "
@@ -95,7 +95,7 @@ else:
     from numba import types
     from numba.cuda.extending import intrinsic
 
-    from .mma import _item, inline_asm, plain_asm, shared_address
+    from .mma import array_item, inline_asm, plain_asm, shared_address
 
     _I32, _I64 = ir.IntType(32), ir.IntType(64)
 
@@ -134,7 +134,7 @@ else:
         def codegen(context, builder, sig, args):
             st, jt, mt, ct, rt, bt, it = sig.args
             dst = shared_address(context, builder, st, args[0], args[1], jt)
-            mp = builder.ptrtoint(_item(context, builder, mt, args[2], [0]), _I64)  # generic
+            mp = builder.ptrtoint(array_item(context, builder, mt, args[2], [0]), _I64)  # generic
             coords = [builder.trunc(context.cast(builder, args[n], sig.args[n], types.int64), _I32)
                       for n in (3, 4)]
             b = shared_address(context, builder, bt, args[5], args[6], it)
@@ -150,7 +150,7 @@ else:
         @intrinsic
         def op(typingctx, tmap):
             def codegen(context, builder, sig, args):
-                mp = builder.ptrtoint(_item(context, builder, sig.args[0], args[0], [0]), _I64)
+                mp = builder.ptrtoint(array_item(context, builder, sig.args[0], args[0], [0]), _I64)
                 inline_asm(builder, ir.VoidType(), [mp], text, "l,~{memory}", side_effect=True)
                 return context.get_dummy_value()
 
@@ -169,7 +169,7 @@ else:
 
         from cuda.bindings import driver as drv
 
-        _check_box(array, box_rows, box_cols, swizzle)
+        check_box(array, box_rows, box_cols, swizzle)
         dtype = np.dtype(array.dtype)
         rows, cols = array.shape
         pitch = array.strides[0]

@@ -120,7 +120,7 @@ else:
     from numba import types
     from numba.cuda.extending import intrinsic
 
-    from .mma import _item, inline_asm, plain_asm, shared_address
+    from .mma import array_item, inline_asm, plain_asm, shared_address
 
     _F32, _I32, _I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
     swizzle128 = device(_swizzle128)
@@ -155,10 +155,10 @@ else:
 
         def codegen(context, builder, sig, args):
             ct = sig.args[0]
-            cp = [_item(context, builder, ct, args[0], [r]) for r in range(m)]
+            cp = [array_item(context, builder, ct, args[0], [r]) for r in range(m)]
             if a_regs:
                 at, ait = sig.args[1], sig.args[2]
-                ops = [builder.load(_item(context, builder, at, args[1], [(args[2], ait), r]))
+                ops = [builder.load(array_item(context, builder, at, args[1], [(args[2], ait), r]))
                        for r in range(4)]
                 rest = args[3:], sig.args[3:]
             else:
