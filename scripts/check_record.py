@@ -75,12 +75,20 @@ def _imports_of(name, tree):
     return found
 
 
-def simulator_only(path, sources):
+def simulator_only(path, sources, _seen=frozenset()):
     """True if the package imports module ``path`` only under the simulator: every import
-    of it (there is at least one) sits in the body of an ``if`` on the simulator switch."""
+    of it (there is at least one) sits in the body of an ``if`` on the simulator switch,
+    or in a module that is itself imported only under the simulator (the emulation of
+    one primitive may use another's)."""
+    if path in _seen:
+        return False
+    seen = _seen | {path}
     name = Path(path).stem
-    found = [hit for src in sources.values() for hit in _imports_of(name, ast.parse(src))]
-    return bool(found) and all(any(t in SIMULATOR_TESTS for t in tests) for _, tests in found)
+    found = [(importer, tests) for importer, src in sources.items() if importer != path
+             for _, tests in _imports_of(name, ast.parse(src))]
+    return bool(found) and all(any(t in SIMULATOR_TESTS for t in tests)
+                               or simulator_only(importer, sources, seen)
+                               for importer, tests in found)
 
 
 def code_changes(rec):
