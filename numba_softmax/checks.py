@@ -22,7 +22,6 @@ import numpy as np
 
 from .arrays import kinds, layout, ops
 from .arrays.rows import check_dtype
-from .block_tables import refuse_tables, table_findings, tables  # noqa: F401 (many callers)
 from .kernels.topk.topk import MAX_K
 
 __all__ = ["ATTENTION_DTYPES", "described", "described_all", "flag", "scale", "window",

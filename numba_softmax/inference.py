@@ -15,7 +15,7 @@ kernel (:mod:`.kernels.attention.attention` / :mod:`.kernels.attention.attention
 
 import numpy as np
 
-from . import checks, plans
+from . import block_tables, checks, plans
 from .arrays import heads, kinds, layout, ops
 from .arrays.rows import check_dtype
 from .attention import kernel_for
@@ -119,19 +119,19 @@ def _cache_views(named, stream):
 def _tables(dtable, dlens, n_blocks, block_size, batch, stream, new_tokens=0, check=True,
             queue=False):
     """Device views of the (described) block table and lengths, checked
-    (:func:`.checks.tables`: NumPy tables on the host before they are copied, device ones
+    (:func:`.block_tables.tables`: NumPy tables on the host before they are copied, device ones
     by a kernel).  ``queue``: a device table's check is only queued on ``stream``
     (:func:`.kernels.decode.table_check.launch`, under its lock) for the caller to read
     after its own launch; the third value says whether it was."""
     on_host = dtable.on_host and dlens.on_host
     if on_host:
-        checks.tables(np.asarray(dtable.obj), np.asarray(dlens.obj), n_blocks, block_size,
+        block_tables.tables(np.asarray(dtable.obj), np.asarray(dlens.obj), n_blocks, block_size,
                       batch=batch, new_tokens=new_tokens, entries=check)
     table = _ints(dtable, "block_table", stream)
     seqlens = _ints(dlens, "cache_seqlens", stream)
     queued = check and queue and not on_host and batch > 0
     if not on_host:
-        checks.tables(table, seqlens, n_blocks, block_size, batch=batch,
+        block_tables.tables(table, seqlens, n_blocks, block_size, batch=batch,
                       new_tokens=new_tokens, stream=stream, entries=check and not queue)
     if queued:
         _table_check.launch(table, seqlens, n_blocks, block_size, new_tokens, stream)
@@ -170,7 +170,7 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=F
         with _table_check.LOCK:  # the plan queues the tables' check, then the attention
             result = plan(arrays, stream, ptrs)
             found = _table_check.read(stream)  # the tables' contents are new data
-        checks.refuse_tables(found, block_table.shape, *k_cache.shape[:2])
+        block_tables.refuse_tables(found, block_table.shape, *k_cache.shape[:2])
         return result
     seen = plans.seen(plan_key, ptrs, 5)  # what the look-up read: each array described once
     ds = checks.described_all({"q": q, "k_cache": k_cache, "v_cache": v_cache},
@@ -204,7 +204,7 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=F
         result = rec.done(heads.Result(kind, dtype), o_buf, *lse_bufs)
         found = _table_check.read(stream) if queued else None
     if found is not None:
-        checks.refuse_tables(found, dtable.shape, n_blocks, block_size)
+        block_tables.refuse_tables(found, dtable.shape, n_blocks, block_size)
     return result
 
 

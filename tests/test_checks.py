@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from numba_softmax import checks
+from numba_softmax import block_tables, checks
 
 F16, F32, F64, I32 = (np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int32))
 PACKAGE = pathlib.Path(checks.__file__).resolve().parent
@@ -213,26 +213,26 @@ def test_tables_name_the_bad_entry_host_and_device_alike():
     lengths = np.array([5, 6], np.int32)
     for t, n in ((table, lengths), (cuda.to_device(table), cuda.to_device(lengths))):
         with pytest.raises(ValueError, match=r"^block_table\[1, 1\] = 9 is not a block"):
-            checks.tables(t, n, 5, 4)
-        checks.tables(t, n, 5, 4, entries=False)  # dtypes and shapes only
+            block_tables.tables(t, n, 5, 4)
+        block_tables.tables(t, n, 5, 4, entries=False)  # dtypes and shapes only
     with pytest.raises(ValueError, match="^cache_seqlens\\[0\\] = -1 is negative"):
-        checks.tables(table, np.array([-1, 0], np.int32), 5, 4)
+        block_tables.tables(table, np.array([-1, 0], np.int32), 5, 4)
     with pytest.raises(ValueError, match="^sequence 0 needs 13 positions"):
-        checks.tables(table, np.array([13, 0], np.int32), 5, 4)
+        block_tables.tables(table, np.array([13, 0], np.int32), 5, 4)
     with pytest.raises(TypeError, match="^cache_seqlens must be int32, got int64"):
-        checks.tables(table, lengths.astype(np.int64), 5, 4)
+        block_tables.tables(table, lengths.astype(np.int64), 5, 4)
     with pytest.raises(ValueError, match=r"^block_table must be \(batch, max_blocks_per_seq\)"):
-        checks.tables(table[0], lengths, 5, 4)
+        block_tables.tables(table[0], lengths, 5, 4)
     with pytest.raises(ValueError, match="^cache_seqlens must be"):
-        checks.tables(table, lengths[:1], 5, 4)
+        block_tables.tables(table, lengths[:1], 5, 4)
 
 
 def test_table_findings_are_the_first_bad_sequence_and_entry():
     table = np.array([[0, 7], [0, 0], [-1, 0]], np.int32)
     lengths = np.array([8, 9, 1], np.int32)  # sequence 1 needs 3 blocks of 4 in a row of 2
-    assert checks.table_findings(table, lengths, 5, 4) == (1, 9, 1, 7)
+    assert block_tables.table_findings(table, lengths, 5, 4) == (1, 9, 1, 7)
     good = np.zeros((2, 2), np.int32)
-    assert checks.table_findings(good, np.array([8, 0], np.int32), 5, 4) == (2, 0, 4, 0)
+    assert block_tables.table_findings(good, np.array([8, 0], np.int32), 5, 4) == (2, 0, 4, 0)
 
 
 # --- private names stay private ----------------------------------------------------------

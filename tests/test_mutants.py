@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from numba import cuda
 
 import numba_softmax as ns
-from numba_softmax import checks
+from numba_softmax import block_tables
 from numba_softmax.kernels.decode import table_check as TC
 from numba_softmax.kernels.topk import sample as S
 from numba_softmax.kernels.topk import topk as K
@@ -100,17 +100,17 @@ def test_a_table_row_used_to_its_last_block_is_accepted():
     """Positions 0 … 7 use blocks 0 and 1 of the row; entry 2 (−1) is never read.  Mutants:
     ``j * block_size < end`` → ``<=`` in :mod:`.kernels.decode.table_check`'s kernel, and
     ``< np.clip(…)`` → ``<=`` in its host twin
-    (:func:`numba_softmax.checks.table_findings`): either refuses the row."""
+    (:func:`numba_softmax.block_tables.table_findings`): either refuses the row."""
     table, lengths = FULL
-    assert checks.table_findings(table, lengths, 5, 4) == none_found(table)
+    assert block_tables.table_findings(table, lengths, 5, 4) == none_found(table)
     assert TC.findings(cuda.to_device(table), cuda.to_device(lengths), 5, 4) == none_found(table)
-    checks.tables(table, lengths, 5, 4)
-    checks.tables(cuda.to_device(table), cuda.to_device(lengths), 5, 4)
+    block_tables.tables(table, lengths, 5, 4)
+    block_tables.tables(cuda.to_device(table), cuda.to_device(lengths), 5, 4)
     for new in (1, 5):  # one token more: entry 2 is then used (and −1)
         with pytest.raises(ValueError, match=r"block_table\[0, 2\] = -1|needs"):
-            checks.tables(table, lengths, 5, 4, new_tokens=new)
+            block_tables.tables(table, lengths, 5, 4, new_tokens=new)
         with pytest.raises(ValueError, match=r"block_table\[0, 2\] = -1|needs"):
-            checks.tables(cuda.to_device(table), cuda.to_device(lengths), 5, 4, new_tokens=new)
+            block_tables.tables(cuda.to_device(table), cuda.to_device(lengths), 5, 4, new_tokens=new)
     # through the public function, host and device tables alike, against the reference
     rng, seed = fresh()
     k_cache, v_cache = (random(rng, (5, 4, 2, 8), F32) for _ in range(2))
@@ -164,7 +164,7 @@ def tables(draw):
 def test_table_checks_agree_with_a_plain_loop(case):
     table, lengths, num_blocks, bs, new = case
     want = oracle(table, lengths, num_blocks, bs, new)
-    assert checks.table_findings(table, lengths, num_blocks, bs, new) == want, "host"
+    assert block_tables.table_findings(table, lengths, num_blocks, bs, new) == want, "host"
     got = TC.findings(cuda.to_device(table), cuda.to_device(lengths), num_blocks, bs, new)
     assert got == want, "device"
 
@@ -183,7 +183,7 @@ def test_table_checks_agree_on_every_boundary():
                 for rows in (slice(0, None), slice(1, -1)):  # with and without bad lengths
                     t, n = np.ascontiguousarray(table[rows]), np.ascontiguousarray(lengths[rows])
                     want = oracle(t, n, 1, bs, new)
-                    assert checks.table_findings(t, n, 1, bs, new) == want, (bs, width, new, "host")
+                    assert block_tables.table_findings(t, n, 1, bs, new) == want, (bs, width, new, "host")
                     got = TC.findings(cuda.to_device(t), cuda.to_device(n), 1, bs, new)
                     assert got == want, (bs, width, new, "device")
 

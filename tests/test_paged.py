@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from numba_softmax import checks
+from numba_softmax import block_tables
 from numba_softmax import reference as R
 from numba_softmax.kernels.decode import append as KAp
 from numba_softmax.kernels.decode import paged as KP
@@ -21,7 +21,7 @@ SMALL = dict(small=SIMULATOR)
 def run_paged(q, k_cache, v_cache, table, lengths, **kw):
     b, h, sq, _ = q.shape
     o, lse = poisoned((b, h, sq, v_cache.shape[-1]), q.dtype), poisoned((b, h, sq), F32)
-    checks.tables(table, lengths, k_cache.shape[0], k_cache.shape[1], batch=b)
+    block_tables.tables(table, lengths, k_cache.shape[0], k_cache.shape[1], batch=b)
     KP.launch(*(cuda.to_device(x) for x in (q, k_cache, v_cache, table, lengths)), o, lse,
               **SMALL, **kw)
     return o.copy_to_host(), lse.copy_to_host()
@@ -66,7 +66,7 @@ def test_toy_decoder_loop():
     dk, dv = cuda.to_device(k_cache), cuda.to_device(v_cache)
     for step, new in enumerate((2, 1)):
         k_new, v_new = (random(rng, (len(lengths), new, hkv, d), F32) for _ in range(2))
-        checks.tables(table, lengths, k_cache.shape[0], bs, new_tokens=new)
+        block_tables.tables(table, lengths, k_cache.shape[0], bs, new_tokens=new)
         KAp.launch(*(cuda.to_device(x) for x in (k_new, v_new)), dk, dv,
                    *(cuda.to_device(x) for x in (table, lengths)), **SMALL)
         k_cache, v_cache = R.append_kv(k_cache, v_cache, table, lengths, k_new, v_new)
@@ -99,7 +99,7 @@ def test_reference_paged_is_dense_attention_on_gathered_blocks():
 def test_validator_refuses_bad_tables():
     table = np.array([[3, 1, -1], [0, 2, 4]], np.int32)
     lengths = np.array([7, 9], np.int32)
-    checks.tables(table, lengths, 5, 4)  # entries past a sequence's blocks are not read
+    block_tables.tables(table, lengths, 5, 4)  # entries past a sequence's blocks are not read
     bad = [
         (table, np.array([-1, 9], np.int32), "cache_seqlens\\[0\\] = -1 is negative"),
         (table, np.array([7, 13], np.int32), "sequence 1 needs 13 positions"),
@@ -110,22 +110,22 @@ def test_validator_refuses_bad_tables():
     ]
     for t, n, match in bad:
         with pytest.raises(ValueError, match=match):
-            checks.tables(t, n, 5, 4)
+            block_tables.tables(t, n, 5, 4)
     with pytest.raises(ValueError, match="block_table\\[0, 2\\] = -1"):  # room for one more token
-        checks.tables(table, lengths, 5, 4, new_tokens=2)
+        block_tables.tables(table, lengths, 5, 4, new_tokens=2)
     with pytest.raises(ValueError, match="sequence 1 needs 13 positions"):
-        checks.tables(table, np.array([3, 9], np.int32), 5, 4, new_tokens=4)
+        block_tables.tables(table, np.array([3, 9], np.int32), 5, 4, new_tokens=4)
     with pytest.raises(ValueError, match="batch of 3"):
-        checks.tables(table, lengths, 5, 4, batch=3)
+        block_tables.tables(table, lengths, 5, 4, batch=3)
     with pytest.raises(TypeError, match="block_table must be int32"):
-        checks.tables(table.astype(np.int64), lengths, 5, 4)
+        block_tables.tables(table.astype(np.int64), lengths, 5, 4)
     for t, n, match in bad[:4]:  # device tables: the same findings from the check kernel
         with pytest.raises(ValueError, match=match):
-            checks.tables(cuda.to_device(t), cuda.to_device(n), 5, 4)
-    checks.tables(cuda.to_device(table), cuda.to_device(lengths), 5, 4)
+            block_tables.tables(cuda.to_device(t), cuda.to_device(n), 5, 4)
+    block_tables.tables(cuda.to_device(table), cuda.to_device(lengths), 5, 4)
     with pytest.raises(ValueError, match="block_table\\[0, 2\\] = -1"):
-        checks.tables(cuda.to_device(table), cuda.to_device(lengths), 5, 4, new_tokens=2)
-    checks.tables(table[:0], lengths[:0], 5, 4)  # no sequences: nothing to check
+        block_tables.tables(cuda.to_device(table), cuda.to_device(lengths), 5, 4, new_tokens=2)
+    block_tables.tables(table[:0], lengths[:0], 5, 4)  # no sequences: nothing to check
 
 
 def test_shape_errors():

@@ -8,7 +8,7 @@ Snew − 1 of sequence b, i.e. to block table[b, p // block_size], row p % block
 One thread per 16-byte chunk of a (b, s, head) row of K or V: it finds the row's block
 through the table and copies the chunk (one vector load, one vector store; raw bits,
 whatever the dtype).  Memory traffic: read and write B·Snew·Hkv·(D + Dv)·b bytes.
-The caller validates the table first (:func:`numba_softmax.checks.tables` with ``new_tokens``);
+The caller validates the table first (:func:`numba_softmax.block_tables.tables` with ``new_tokens``);
 the kernel skips a position outside the table row or a block id outside the pool anyway.
 NumPy twin: :func:`numba_softmax.reference.append_kv`.
 """

@@ -22,7 +22,7 @@ window follow the bottom-right rule with Sk = cache_seqlens[b]; Sq > 1 is specul
 decoding (several new tokens checked at once).  New tokens are written into their blocks
 by :mod:`.append` before the call.
 
-A bad table is a ``ValueError`` before the kernel runs (:func:`numba_softmax.checks.tables`,
+A bad table is a ``ValueError`` before the kernel runs (:func:`numba_softmax.block_tables.tables`,
 on the device for a device table: :mod:`.table_check`); and the kernel itself clamps what
 it reads to the pool and the table row, so even an unchecked table (``check=False``)
 cannot make it read out of bounds.
@@ -62,7 +62,7 @@ def launch(q, k_cache, v_cache, block_table, cache_seqlens, o, lse, *, causal=Fa
     """Paged decoding on device arrays (layouts: the module docstring); ``o``
     (B, Hq, Sq, Dv), dtype of q, and ``lse`` (B, Hq, Sq, float32) receive the result.
 
-    The caller validates the table first (:func:`numba_softmax.checks.tables`).  ``num_splits``: at most
+    The caller validates the table first (:func:`numba_softmax.block_tables.tables`).  ``num_splits``: at most
     that many key ranges per sequence; by default chosen from B·Hkv, the device and
     ``max_seqlen_k`` (the longest cache_seqlens, if known; else the table's capacity).
     ``tiles``: the decode kernel (:func:`.decode_launch.run`)."""

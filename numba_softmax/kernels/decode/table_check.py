@@ -16,7 +16,7 @@ strides over the lengths and then over the table's entries, each finding lowers 
 minimum (the first bad sequence, the first bad entry in C order) — and the host reads
 back four numbers.  A paged decode queues its kernel right behind the check and reads
 the numbers after it (:func:`launch`, then :func:`read`): the call waits once, for both.
-:func:`numba_softmax.checks.tables` turns the numbers into a ``ValueError`` that names
+:func:`numba_softmax.block_tables.tables` turns the numbers into a ``ValueError`` that names
 the entry (and checks NumPy tables with NumPy).
 """
 
@@ -106,7 +106,7 @@ def read(stream=0):
 def findings(table, lengths, num_blocks, block_size, new_tokens=0, stream=0):
     """(first bad b, its length, first bad flat entry, its id) of int32 device arrays
     ``table`` (B, W) and ``lengths`` (B,): :func:`launch`, then :func:`read`, under the
-    lock.  (NumPy tables are checked with NumPy: :func:`numba_softmax.checks.table_findings`.)"""
+    lock.  (NumPy tables are checked with NumPy: :func:`numba_softmax.block_tables.table_findings`.)"""
     if table.shape[0] == 0:
         return 0, 0, 0, 0
     with LOCK:  # the four numbers live in a per-stream workspace: one check at a time

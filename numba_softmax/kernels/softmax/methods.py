@@ -23,9 +23,9 @@ device and per item size (:mod:`.crossover_table`: ``crossovers.json`` beside th
 module, and the user's own measurements on top):
 
 1. ``fused`` while a row is at most ``fused`` bytes, or when its rows nearly fill a
-   multiprocessor's registers (:func:`.fused.fill` ≥ :data:`FULL`: 12288 float32 values
-   in two teams of 384 fill 75 % and lose to ``onchip``; 10240 in three teams of 320
-   fill 94 % and win);
+   multiprocessor's registers (:func:`.fused.fill` ≥ :data:`FULL`: registers left idle
+   are bytes not in flight, so a team that leaves many of them empty is slower than
+   ``onchip``, which parks the row in shared memory instead);
 2. ``onchip`` up to ``onchip`` bytes when there are enough rows to give every
    multiprocessor one;
 3. on a device with thread-block clusters, ``cluster`` up to ``cluster`` bytes, or while
@@ -76,9 +76,9 @@ help from the caches: the traffic bound that the benchmark's "% of bound" divide
 
 FULL = 0.8
 """The share of a multiprocessor's register slots (:func:`.fused.fill`) rows must fill for
-``fused`` past its ``fused`` bytes: float32 rows of 9216, 10240, 14336 and 16384 values
-fill 84–100 % in teams of whole warps and run ``fused`` faster than ``onchip``; rows of
-11264 and 12288, 69 and 75 % full, do not (``docs/algorithms/auto.md``, "Measured")."""
+``fused`` past its ``fused`` bytes: below it, the slots a team leaves empty cost more
+bytes in flight than ``onchip``'s trip through shared memory costs (the rows measured on
+each side of it: ``docs/algorithms/auto.md``, "Measured")."""
 
 
 def crossovers(limits, itemsize=4):
