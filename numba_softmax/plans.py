@@ -103,7 +103,7 @@ def _extent(a, layout, ptr):
     computed once)."""
     span = _EXTENTS.get(layout)
     if span is None:
-        lo, hi = kinds.describe(a, facts=(layout, ptr)).extent()
+        lo, hi = kinds.from_facts(a, layout, ptr).extent()  # built from the key: no read
         if len(_EXTENTS) >= 4 * MAX_PLANS:
             _EXTENTS.clear()
         span = _EXTENTS[layout] = (lo - ptr, hi - ptr)

@@ -22,6 +22,7 @@ from typing import Optional
 import torch
 
 from . import backward as _backward
+from . import checks as _checks
 from .attention import attention as _attention
 from .softmax import log_softmax as _log_softmax
 from .softmax import softmax as _softmax
@@ -31,8 +32,40 @@ __all__ = ["softmax", "log_softmax", "attention"]
 _LIB = "numba_softmax"
 
 
+_ROW_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_ATTENTION_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
 def _stream(t):
     return torch.cuda.current_stream(t.device)
+
+
+def _tensor(x, name, dtypes):
+    """``x`` checked to be a torch tensor of one of ``dtypes`` (a ``TypeError`` naming
+    ``name`` otherwise); where it lives is checked by :func:`_on_cuda`, after the other
+    arguments, so that a CPU tensor with a bad argument beside it hears of the argument."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in dtypes:
+        names = ", ".join(str(d)[len("torch."):] for d in dtypes)
+        raise TypeError(f"{name} must be a tensor of {names}, got {str(x.dtype)[6:]}")
+    return x
+
+
+def _on_cuda(x, name):
+    if x.device.type != "cuda":
+        raise ValueError(f"{name} must be a CUDA tensor, got one on {x.device}")
+
+
+def _row_args(x, dim):
+    """The checks of ``softmax(x, dim)``: a floating tensor, an integer dim in range, CUDA."""
+    _tensor(x, "x", _ROW_DTYPES)
+    dim = _checks.integer(dim, "dim")
+    if not -max(x.dim(), 1) <= dim < max(x.dim(), 1):
+        raise ValueError(f"dim must be in [{-max(x.dim(), 1)}, {max(x.dim(), 1)}) for a "
+                         f"tensor of {x.dim()} dimensions, got {dim}")
+    _on_cuda(x, "x")
+    return dim
 
 
 def _rows_like(x, dim):
@@ -80,12 +113,12 @@ log_softmax_op, log_softmax_backward_op = _row_op("log_softmax", _log_softmax,
 
 def softmax(x, dim=-1):
     """``torch.softmax(x, dim)`` through the package's kernels, differentiable."""
-    return softmax_op(x, dim)
+    return softmax_op(x, _row_args(x, dim))
 
 
 def log_softmax(x, dim=-1):
     """``torch.log_softmax(x, dim)`` through the package's kernels, differentiable."""
-    return log_softmax_op(x, dim)
+    return log_softmax_op(x, _row_args(x, dim))
 
 
 # --- attention ------------------------------------------------------------------------------
@@ -135,4 +168,11 @@ def attention(q, k, v, causal=False, scale=None):
     """Scaled dot-product attention O = softmax(scale·QKᵀ) V through the package's flash
     forward and backward, differentiable in q, k and v (``causal``: bottom-right aligned,
     PyTorch's ``is_causal`` for Sq == Sk; ``scale`` default 1/sqrt(D))."""
+    for t, name in ((q, "q"), (k, "k"), (v, "v")):
+        _tensor(t, name, _ATTENTION_DTYPES)
+    causal = _checks.flag(causal, "causal")
+    if scale is not None:
+        scale = _checks.scale(scale, q.shape[-1])
+    for t, name in ((q, "q"), (k, "k"), (v, "v")):
+        _on_cuda(t, name)
     return attention_op(q, k, v, causal, scale)[0]

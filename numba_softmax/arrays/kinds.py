@@ -109,7 +109,7 @@ def describe(x, kind=None, facts=None):
     for the plan key), if anything: the description is then built from it rather than
     read from the array a second time."""
     if facts is not None and facts[0] is not None and not simulator_enabled():
-        return _from_facts(x, *facts)
+        return from_facts(x, *facts)
     kind = kind or kind_of(x)
     if kind == "torch":
         name = str(x.dtype)[len("torch."):]
@@ -141,7 +141,7 @@ def describe(x, kind=None, facts=None):
                      cuda.get_current_device().id)
 
 
-def _from_facts(x, key, ptr):
+def from_facts(x, key, ptr):
     """:func:`describe` of ``x`` from its :func:`.plan_facts.facts`: the same fields, as read there."""
     lib = key[0]
     if lib == "torch":
