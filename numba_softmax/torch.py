@@ -42,8 +42,8 @@ def _stream(t):
 
 def _tensor(x, name, dtypes):
     """``x`` checked to be a torch tensor of one of ``dtypes`` (a ``TypeError`` naming
-    ``name`` otherwise); where it lives is checked by :func:`_on_cuda`, after the other
-    arguments, so that a CPU tensor with a bad argument beside it hears of the argument."""
+    ``name`` otherwise).  Where it lives is the op's to check: it is registered for CUDA
+    alone, and a fake or meta tensor (tracing, ``torch.compile``) passes through."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in dtypes:
@@ -52,19 +52,13 @@ def _tensor(x, name, dtypes):
     return x
 
 
-def _on_cuda(x, name):
-    if x.device.type != "cuda":
-        raise ValueError(f"{name} must be a CUDA tensor, got one on {x.device}")
-
-
 def _row_args(x, dim):
-    """The checks of ``softmax(x, dim)``: a floating tensor, an integer dim in range, CUDA."""
+    """The checks of ``softmax(x, dim)``: a floating tensor, an integer dim in range."""
     _tensor(x, "x", _ROW_DTYPES)
     dim = _checks.integer(dim, "dim")
     if not -max(x.dim(), 1) <= dim < max(x.dim(), 1):
         raise ValueError(f"dim must be in [{-max(x.dim(), 1)}, {max(x.dim(), 1)}) for a "
                          f"tensor of {x.dim()} dimensions, got {dim}")
-    _on_cuda(x, "x")
     return dim
 
 
@@ -173,6 +167,4 @@ def attention(q, k, v, causal=False, scale=None):
     causal = _checks.flag(causal, "causal")
     if scale is not None:
         scale = _checks.scale(scale, q.shape[-1])
-    for t, name in ((q, "q"), (k, "k"), (v, "v")):
-        _on_cuda(t, name)
     return attention_op(q, k, v, causal, scale)[0]
