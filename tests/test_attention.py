@@ -177,6 +177,34 @@ def test_nan_and_inf_scores_give_a_nan_row():
     assert np.isnan(lse).all() and np.isnan(o).all()
 
 
+@pytest.mark.parametrize("sq", [1, 40])
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_a_weightless_key_spreads_the_nan_of_its_value_however_the_keys_are_split(sq, dtype):
+    """A key whose score is −inf weighs 0, and 0·NaN is NaN: its V's NaN reaches O, in one
+    pass over the keys as in the reference.  A split that holds only such keys keeps the
+    NaN in its partial for the merge to weigh (once it wrote a chosen 0 there, and the NaN
+    was lost whenever the keys were split: found by the GPU fuzz run).  Sq = 1 takes the
+    decode kernel's merge, Sq = 40 the forward kernel on key ranges and the merge kernel."""
+    rng = np.random.default_rng(5)
+    q = np.ones((1, 1, sq, 8), np.float32).astype(dtype)
+    k = np.zeros((1, 1, 40, 8), np.float32)
+    k[..., :20, 0] = -np.inf  # keys 0 … 19 weigh 0 (every query scores them −inf)
+    v = rng.standard_normal((1, 1, 40, 8)).astype(dtype)
+    v[..., 3, 0] = np.nan  # … and key 3 holds a NaN in column 0
+    k = k.astype(dtype)
+    want_o, want_lse = R.attention(q, k, v, return_lse=True)
+    assert np.isnan(want_o[..., 0]).all() and not np.isnan(want_o[..., 1:]).any()
+    for splits in (None, 2, 4):
+        o, lse = attention(q, k, v, num_splits=splits, return_lse=True)
+        o = np.asarray(o, np.float64)
+        assert np.array_equal(np.isnan(o), np.isnan(want_o)), splits
+        np.testing.assert_allclose(lse, want_lse, rtol=1e-5)
+    k[...] = -np.inf  # every key weighs 0: the row saw no key, O = 0 (chosen) and LSE = −inf
+    for splits in (None, 2):
+        o, lse = attention(q, k, v, num_splits=splits, return_lse=True)
+        assert (np.asarray(o) == 0).all() and np.isneginf(lse).all(), splits
+
+
 @pytest.mark.parametrize("sq", [1, 6, sized(33, 300)])
 def test_split_kv_for_any_number_of_queries(sq):
     """Split-KV for every Sq: the decode kernel's row chunks (4 rows each), and past 32

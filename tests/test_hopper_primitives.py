@@ -95,9 +95,11 @@ def test_wgmma_a_from_registers(kind):
     b, bbits = _operands(rng, n, 16, kind)
     a32 = a.astype(np.float32)
 
+    size = n * 64  # a compile-time constant for the shared array
+
     @cuda.jit
     def k(a, b, d):
-        sb = cuda.shared.array(n * 64, uint16, alignment=wgmma.TILE_ALIGN)
+        sb = cuda.shared.array(size, uint16, alignment=wgmma.TILE_ALIGN)
         tid = cuda.threadIdx.x
         for idx in range(tid, n * 64, 128):
             r, c = idx // 64, idx % 64
@@ -142,7 +144,8 @@ def test_bad_shapes_are_refused():
                                         (-3, 20, tma.NONE), (8, 0, tma.SWIZZLE_128B),
                                         (50, 40, tma.SWIZZLE_128B)])
 def test_tma_tile_load_zero_fills(row, col, sw):
-    src = (np.arange(60 * 90, dtype=np.float32).reshape(60, 90) % 2000 + 1).astype(np.float16)
+    # 88 columns: TMA wants each row's stride a multiple of 16 bytes (176)
+    src = (np.arange(60 * 88, dtype=np.float32).reshape(60, 88) % 2000 + 1).astype(np.float16)
     box_rows, box_cols = 16, 64
     tmap = tma.encode_tiled(src, box_rows, box_cols, sw)
     out = np.zeros(box_rows * box_cols, np.uint16)
@@ -150,12 +153,12 @@ def test_tma_tile_load_zero_fills(row, col, sw):
     want = np.zeros((box_rows, box_cols), np.float16)
     for r in range(box_rows):
         for c in range(box_cols):
-            if 0 <= row + r < 60 and 0 <= col + c < 90:
+            if 0 <= row + r < 60 and 0 <= col + c < 88:
                 want[r, c] = src[row + r, col + c]
     got = out.reshape(box_rows, box_cols) if sw == tma.NONE else \
         out[wgmma._swizzle128(*np.indices((box_rows, box_cols)))]
     np.testing.assert_array_equal(got, want.view(np.uint16))
-    assert (got != 0).any() and (row < 0 or col + box_cols > 90 or row + box_rows > 60) == \
+    assert (got != 0).any() and (row < 0 or col + box_cols > 88 or row + box_rows > 60) == \
         (got == 0).any()
 
 

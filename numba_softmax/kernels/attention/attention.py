@@ -134,6 +134,7 @@ def kernel(dtype, d, dv, block_q, block_k, rows_per_lane=None, width=1, out_dtyp
         shift = sk - sq  # key j lies j − (i + shift) past query i's diagonal
         i_last = min(i0 + BR, sq) - 1
         z0 = cuda.blockIdx.y * kv_chunk
+        partial = cuda.gridDim.y > 1  # split-KV: this block writes one range's partial
         lo, hi = vis.key_range(i0, i_last, shift, left, right, z0, min(sk, z0 + kv_chunk))
         row0 = warp * 4 * RPL  # this warp's first row in the tile
         sc, one, zero, ln2 = acc(scale * LOG2E), acc(1.0), acc(0.0), acc(LN2)
@@ -243,8 +244,10 @@ def kernel(dtype, d, dv, block_q, block_k, rows_per_lane=None, width=1, out_dtyp
                     col = VV * cg + GROUP * VV * (jv // VV) + jv % VV
                     if col < dv:
                         # ℓ = 0: the row saw no key → O = 0, chosen, not multiplied: its
-                        # O may hold 0·NaN from a NaN in V at a key of weight 0
-                        x = o_acc[i * NPL + jv] * inv if lt != zero else zero
+                        # O may hold 0·NaN from a NaN in V at a key of weight 0.  A split's
+                        # partial (Z > 1) keeps that 0·NaN: the merge weighs it by 0, as
+                        # one pass over all the keys would
+                        x = o_acc[i * NPL + jv] * inv if lt != zero or partial else zero
                         o[zb, h, q_start + row, col] = store_o(x)
                 if cg == 0:  # back to base e: LSE = m·ln 2 + log ℓ
                     lse[zb, h, q_start + row] = lse_device(m[i] * ln2, lt)

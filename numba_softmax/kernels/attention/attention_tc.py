@@ -194,7 +194,9 @@ def kernel(dtype, out_dtype, d, dv, warps, block_k, stages, vec, min_blocks=None
             # the online update of (m, ℓ, O) for the lane's two rows; O += P V_j
             fold(s, m, l, of, pf, sc, c2, smem, base, v_lane)
 
-        # O / ℓ once; ℓ = 0: the row saw no key → O = 0, chosen (its O may hold 0·NaN)
+        # O / ℓ once; ℓ = 0: the row saw no key → O = 0, chosen (its O may hold 0·NaN),
+        # except in a split's partial, whose 0·NaN the merge weighs as one pass would
+        partial = cuda.gridDim.z > 1
         for rr in range(2):
             lt = l[rr]
             lt += cuda.shfl_xor_sync(FULL, lt, 1)
@@ -206,7 +208,7 @@ def kernel(dtype, out_dtype, d, dv, warps, block_k, stages, vec, min_blocks=None
                     for e in range(2):
                         col = 8 * n + 2 * t + e
                         if col < dv:
-                            x = of[n, 2 * rr + e] * inv if lt != zero else zero
+                            x = of[n, 2 * rr + e] * inv if lt != zero or partial else zero
                             o_s[row, col] = store(x)
                 if t == 0:
                     lse_s[row] = lse_device(m[rr] * sc, lt)

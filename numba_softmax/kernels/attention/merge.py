@@ -71,7 +71,8 @@ def _merge_kernels(dtype, warps):
             for z in range(splits):
                 w = weight_device(acc(lse_ws[z * n_b + b, h, row]), m)
                 x += w * acc(o_ws[z * n_b + b, h, row, c])
-            o[b, h, row, c] = store(x * inv)
+            # no range saw a key: O = 0, chosen (a partial may hold 0·NaN)
+            o[b, h, row, c] = store(x * inv if l != zero else zero)
         if lane == 0:
             lse[b, h, row] = lse_device(m, l)
 

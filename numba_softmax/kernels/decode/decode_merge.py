@@ -170,8 +170,9 @@ def fold_shared(dtype, dv, dvp, rows, warps):
                 x = acc(0.0)
                 for w in range(W):
                     x += f_s[u32(w * RB) + r] * o_s[(u32(w * RB) + r) * u32(DVP) + c]
-                if row_l[r] == acc(0.0):
-                    x = acc(0.0)  # the rows saw no key: O = 0, chosen (0·NaN is NaN)
+                if row_l[r] == acc(0.0) and splits == 1:
+                    x = acc(0.0)  # the row saw no key: O = 0, chosen (0·NaN is NaN); a
+                    # split's partial keeps its 0·NaN for the merge to weigh, as one pass would
                 h, i = row_of(pr, hk, group)
                 if splits == 1:
                     o[b, h, i, c] = store_o(x)
