@@ -523,6 +523,13 @@ def _plumbing():
                          "kernels.hw.wgmma:example_kernel", (n, kind, 4, regs),
                          (C(uint16, 2), C(uint16, 2), C(float32, 2)), block=128, min_cc=(9, 0),
                          arch="a"))
+    # the wgmma attention forward (kernels/attention/hopper.py), for sm_90a
+    for kind, d in (("f16", 64), ("bf16", 128), ("f16", 128)):
+        t = ST[kind]
+        out.append(Entry("attention.hopper", f"{kind} D{d}", "kernels.attention.hopper:kernel",
+                         (kind, NP[kind], d, d),
+                         (A(uint16, 4), A(uint16, 4), A(uint16, 4), A(t, 4), A(float32, 3),
+                          float64, boolean), block=128, min_cc=(9, 0), arch="a"))
     for rows, sw in ((64, 1), (16, 0)):
         out.append(Entry("hw.tma", f"box {rows}x64 f16 swizzle {sw}", "kernels.hw.tma:example_kernel",
                          (rows, 64, sw), (C(uint64, 1), int64, int64, C(uint16, 1)), block=128,

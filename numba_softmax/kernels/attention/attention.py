@@ -243,10 +243,8 @@ def kernel(dtype, d, dv, block_q, block_k, rows_per_lane=None, width=1, out_dtyp
                 for jv in range(NPL):
                     col = VV * cg + GROUP * VV * (jv // VV) + jv % VV
                     if col < dv:
-                        # ℓ = 0: the row saw no key → O = 0, chosen, not multiplied: its
-                        # O may hold 0·NaN from a NaN in V at a key of weight 0.  A split's
-                        # partial (Z > 1) keeps that 0·NaN: the merge weighs it by 0, as
-                        # one pass over all the keys would
+                        # ℓ = 0: the row saw no key → O = 0, chosen (its O may hold 0·NaN);
+                        # a split's partial keeps that 0·NaN for the merge to weigh
                         x = o_acc[i * NPL + jv] * inv if lt != zero or partial else zero
                         o[zb, h, q_start + row, col] = store_o(x)
                 if cg == 0:  # back to base e: LSE = m·ln 2 + log ℓ

@@ -1,0 +1,73 @@
+"""h1, the wgmma attention forward (kernels/attention/hopper.py), against the float64
+reference: on an sm_90 GPU, and on the simulator (its wgmma twin) at one or two tiles."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from numba_softmax import reference as R
+from numba_softmax.kernels.attention import hopper
+from numba_softmax.runtime.sim import simulator_enabled
+
+from _attention_data import BF16, F16, F32, check, fresh, poisoned, random, values
+from _helpers import SIMULATOR, sized
+
+
+def _hopper():
+    if simulator_enabled():
+        return True
+    try:
+        return cuda.get_current_device().compute_capability >= (9, 0)
+    except Exception:  # no GPU at all
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _hopper(), reason="wgmma needs sm_90 (or the simulator)")
+
+
+def run(rng, b, hq, hkv, sq, sk, d, dv, dtype, causal, scale=None, out_dtype=None):
+    q = random(rng, (b, hq, sq, d), dtype)
+    k = random(rng, (b, hkv, sk, d), dtype)
+    v = random(rng, (b, hkv, sk, dv), dtype)
+    out_dtype = dtype if out_dtype is None else out_dtype
+    o, lse = poisoned((b, hq, sq, dv), out_dtype), poisoned((b, hq, sq), F32)
+    dq, dk, dvv = (cuda.to_device(x) for x in (q, k, v))
+    hopper.launch(dq, dk, dvv, o, lse, causal=causal, scale=scale)
+    want_o, want_lse = R.attention(values(q), values(k), values(v), causal=causal, scale=scale,
+                                   return_lse=True)
+    lse = lse.copy_to_host()
+    fin = np.isfinite(want_lse)
+    np.testing.assert_allclose(lse[fin], want_lse[fin], rtol=1e-5, atol=1e-4)
+    check(o.copy_to_host(), lse, want_o, want_lse, out_dtype if out_dtype == F32 else dtype)
+    return q, k, v
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("case", sized(
+    [(1, 2, 1, 40, 50, 64, 64, False),    # GQA, one tile each, Sk past the tile's keys masked
+     (1, 1, 1, 24, 9, 128, 64, True)],    # D 128 in two chunks; causal Sq > Sk: empty rows
+    [(2, 8, 2, 300, 517, 64, 64, False), (1, 4, 4, 517, 300, 128, 128, True),
+     (2, 4, 1, 64, 2048, 128, 64, True), (1, 2, 2, 1, 1000, 64, 128, False)]),
+    ids=lambda c: "b{}-h{}-{}-sq{}-sk{}-d{}-{}{}".format(*c[:7], "-causal" if c[7] else ""))
+def test_matches_the_reference(case, dtype):
+    rng, seed = fresh()
+    b, hq, hkv, sq, sk, d, dv, causal = case
+    run(rng, b, hq, hkv, sq, sk, d, dv, dtype, causal)
+
+
+@pytest.mark.skipif(SIMULATOR, reason="a second configuration: the GPU's")
+def test_negative_scale_and_float32_output():
+    rng, _ = fresh()
+    run(rng, 1, 2, 1, 100, 130, 64, 64, F16, True, scale=-0.3, out_dtype=F32)
+
+
+def test_refuses_what_it_does_not_run():
+    z = np.zeros((1, 1, 8, 64), np.float16)
+    lse = np.zeros((1, 1, 8), np.float32)
+    with pytest.raises(ValueError, match="64 or 128"):
+        hopper.launch(z[..., :32], z[..., :32], z[..., :32], z[..., :32], lse)
+    with pytest.raises(TypeError, match="float16"):
+        f = z.astype(np.float32)
+        hopper.launch(f, f, f, f, lse)
+    with pytest.raises(ValueError, match="scale"):
+        hopper.launch(z, z, z, z.copy(), lse, scale=0.0)
