@@ -524,10 +524,10 @@ def _plumbing():
                          (C(uint16, 2), C(uint16, 2), C(float32, 2)), block=128, min_cc=(9, 0),
                          arch="a"))
     # the wgmma attention forward (kernels/attention/hopper.py), for sm_90a
-    for kind, d in (("f16", 64), ("bf16", 128), ("f16", 128)):
+    for kind, d, vec in (("f16", 64, 8), ("bf16", 128, 8), ("f16", 128, 8), ("f16", 64, 1)):
         t = ST[kind]
-        out.append(Entry("attention.hopper", f"{kind} D{d}", "kernels.attention.hopper:kernel",
-                         (kind, NP[kind], d, d),
+        out.append(Entry("attention.hopper", f"{kind} D{d} vec {vec}",
+                         "kernels.attention.hopper:kernel", (kind, NP[kind], d, d, vec),
                          (A(uint16, 4), A(uint16, 4), A(uint16, 4), A(t, 4), A(float32, 3),
                           float64, boolean), block=128, min_cc=(9, 0), arch="a"))
     for rows, sw in ((64, 1), (16, 0)):

@@ -25,7 +25,8 @@ and V straight from shared memory (no ``ldmatrix`` into registers first), so S f
 does not do yet, and FlashAttention-3 does: K and V arrive by TMA (:mod:`..hw.tma`) into
 several buffers while a producer warp waits on ``mbarrier``\\ s, and two consumer
 warpgroups overlap one's softmax with the other's products.  Here the block's threads
-copy each tile themselves, value by value (V transposed on the way), between barriers.
+copy each tile themselves, 16 bytes a load (V transposed on the way, value by value),
+between barriers.
 
 Masks: causal, bottom-right aligned (query i sees keys j ≤ i + Sk − Sq); keys past Sk are
 zero-filled in shared memory and masked.  GQA: query head h reads K/V head h // (Hq/Hkv).
@@ -42,10 +43,11 @@ from numba import cuda, float32, uint16, uint32
 
 from ...combine import lse_device, weight_device
 from ...runtime import launcher
-from ..hw import jit, wgmma
+from ..hw import jit, vector, wgmma
 from ..hw.jit import LOG2E
 from ..hw.mma import for_dtype, max_nan
 from ..hw.tma import fence_proxy_async
+from .staging import aligned
 
 FULL = 0xFFFFFFFF
 BM, BN, THREADS = 64, 64, 128  # query rows a block (one warpgroup), keys a tile
@@ -55,11 +57,14 @@ ALIGN = wgmma.TILE_ALIGN  # (a module global: Numba takes it as the constant it 
 
 
 @functools.cache
-def kernel(kind, out_dtype, d, dv):
+def kernel(kind, out_dtype, d, dv, vec=1):
     """The forward kernel for fp16 (``kind`` "f16") or bf16 ("bf16") inputs given as
-    uint16 bits, output ``out_dtype`` (float16, uint16 = bf16 bits, or float32)."""
+    uint16 bits, output ``out_dtype`` (float16, uint16 = bf16 bits, or float32);
+    ``vec`` 8: q, k, v are read 16 bytes at a time (:func:`.staging.aligned`), else 1."""
     _, pack = for_dtype(np.float16 if kind == "f16" else np.uint16)
     store = jit.storer(out_dtype)
+    load = vector.io(vec)[0]
+    QV, KV, VV = d // vec, d // vec, dv // vec  # vectors a row
     mma_s, mma_o, wait = wgmma.wgmma_ss(BN, kind), wgmma.wgmma_rs(dv, kind), wgmma.wgmma_wait(0)
     KS, NS, NO, KP = d // 16, BN // 2, dv // 2, BN // 16  # k-steps; S, O registers; P's k-steps
     Q_CHUNK, K_CHUNK = BM * 64, BN * 64  # uint16 values in one 64-wide swizzled chunk
@@ -88,13 +93,17 @@ def kernel(kind, out_dtype, d, dv):
         sq_s = cuda.shared.array(Q_SIZE, uint16, alignment=ALIGN)
         sk_s = cuda.shared.array(K_SIZE, uint16, alignment=ALIGN)
         sv_s = cuda.shared.array(V_SIZE, uint16, alignment=ALIGN)
-        # Q → shared memory once, chunk c // 64 of 64 columns, rows past Sq zero
-        for idx in range(tid, BM * d, THREADS):
-            r, c = idx // d, idx % d
-            x = uint16(0)
+        buf = cuda.local.array(vec, uint16)  # one vector: vec values of a row
+        q_h, k_h, v_h = q[b, h], k[b, hk], v[b, hk]  # this head's rows
+        # Q → shared memory once, chunk c // 64 of 64 columns, rows past Sq zero; a
+        # vector's values stay together under the swizzle (it moves 16-byte chunks)
+        for idx in range(tid, BM * QV, THREADS):
+            r, c = idx // QV, (idx % QV) * vec
             if i0 + r < sq:
-                x = q[b, h, i0 + r, c] ^ flip
-            sq_s[(c >> 6) * Q_CHUNK + wgmma.swizzle128(r, c & 63)] = x
+                load(q_h, i0 + r, c, buf, 0)
+            for e in range(vec):
+                sq_s[(c >> 6) * Q_CHUNK + wgmma.swizzle128(r, c & 63) + e] = \
+                    buf[e] ^ flip if i0 + r < sq else uint16(0)
 
         m = cuda.local.array(2, float32)  # rows 16·warp + g (index 0) and + 8 (1)
         l = cuda.local.array(2, float32)  # ℓ over this lane's columns (the quad sums at the end)
@@ -109,18 +118,19 @@ def kernel(kind, out_dtype, d, dv):
         for it in range(n_tiles):
             j0 = it * BN
             cuda.syncthreads()  # every wgmma of tile j−1 has read K and V (waited for)
-            for idx in range(tid, BN * d, THREADS):  # K_j: rows of keys, as Q
-                r, c = idx // d, idx % d
-                x = uint16(0)
+            for idx in range(tid, BN * KV, THREADS):  # K_j: rows of keys, as Q
+                r, c = idx // KV, (idx % KV) * vec
                 if j0 + r < sk:
-                    x = k[b, hk, j0 + r, c]
-                sk_s[(c >> 6) * K_CHUNK + wgmma.swizzle128(r, c & 63)] = x
-            for idx in range(tid, BN * dv, THREADS):  # V_j transposed: row c holds column c
-                r, c = idx // dv, idx % dv  # (the reads along c: coalesced)
-                x = uint16(0)
+                    load(k_h, j0 + r, c, buf, 0)
+                for e in range(vec):
+                    sk_s[(c >> 6) * K_CHUNK + wgmma.swizzle128(r, c & 63) + e] = \
+                        buf[e] if j0 + r < sk else uint16(0)
+            for idx in range(tid, BN * VV, THREADS):  # V_j transposed: row c holds column c
+                r, c = idx // VV, (idx % VV) * vec  # (the reads along c: coalesced)
                 if j0 + r < sk:
-                    x = v[b, hk, j0 + r, c]
-                sv_s[wgmma.swizzle128(c, r)] = x
+                    load(v_h, j0 + r, c, buf, 0)
+                for e in range(vec):
+                    sv_s[wgmma.swizzle128(c + e, r)] = buf[e] if j0 + r < sk else uint16(0)
             fence_proxy_async()  # this thread's stores, ordered before the tensor cores' reads
             cuda.syncthreads()  # every thread's stores are in (and Q's, the first time)
 
@@ -226,5 +236,5 @@ def launch(q, k, v, o, lse, *, causal=False, scale=None, stream=0):
     blocks = n_b * n_h * -(-sq // BM)
     if blocks == 0:
         return
-    fwd = kernel(kind, o.dtype, d, dv)
+    fwd = kernel(kind, o.dtype, d, dv, 8 if all(aligned(a) for a in bits) else 1)
     launcher.launch(fwd, (blocks,), THREADS, stream, (*bits, o, lse, scale, bool(causal)))
