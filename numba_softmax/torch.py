@@ -10,7 +10,10 @@ Each is a ``torch.library.custom_op`` in the namespace ``numba_softmax`` (so
 implementations registered here), with ``register_autograd``: the forward saves what the
 backward needs — y for softmax and log_softmax, (q, k, v, O, LSE) for attention — and the
 backward is itself an op calling :mod:`numba_softmax.backward`.  On CUDA tensors every op
-calls the package's public functions on ``torch.cuda.current_stream()``.
+calls the package's public functions on ``torch.cuda.current_stream()``.  A sliding
+``window`` takes a twin pair of ops, ``attention_window`` (the plain pair keeps its schema).
+On the CUDA simulator the attention ops also take CPU float16/float32 tensors, through
+NumPy: so that tests and the examples' toy sizes run, gradients included, with no GPU.
 
 Importing this module imports torch; importing :mod:`numba_softmax` does not.  The LSE
 of attention is returned by the op but marked non-differentiable: gradients flow through
@@ -24,6 +27,7 @@ import torch
 from . import backward as _backward
 from . import checks as _checks
 from .attention import attention as _attention
+from .runtime.sim import simulator_enabled as _simulating
 from .softmax import log_softmax as _log_softmax
 from .softmax import softmax as _softmax
 
@@ -131,10 +135,12 @@ def attention_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v:
                                         stream=_stream(q))
 
 
-@attention_op.register_fake
-def _(q, k, v, causal, scale):
+def _attention_fake(q, k, v, *_):
     return (q.new_empty(q.shape[:-1] + v.shape[-1:]),
             q.new_empty(q.shape[:-1], dtype=torch.float32))
+
+
+attention_op.register_fake(_attention_fake)
 
 
 @attention_backward_op.register_fake
@@ -158,13 +164,93 @@ def _attention_grad(ctx, do, _dlse):
 attention_op.register_autograd(_attention_grad, setup_context=_attention_setup)
 
 
-def attention(q, k, v, causal=False, scale=None):
+# --- attention with a sliding window: a pair of its own, the plain schema unchanged ------------
+@torch.library.custom_op(f"{_LIB}::attention_window", mutates_args=(), device_types="cuda")
+def attention_window_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                        scale: Optional[float], left: int, right: int
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    return _attention(q, k, v, causal=causal, window=(left, right), scale=scale,
+                      return_lse=True, stream=_stream(q))
+
+
+@torch.library.custom_op(f"{_LIB}::attention_window_backward", mutates_args=(),
+                         device_types="cuda")
+def attention_window_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                                 v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                                 causal: bool, scale: Optional[float], left: int, right: int
+                                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _backward.attention_backward(do, q, k, v, o, lse, causal=causal, window=(left, right),
+                                        scale=scale, stream=_stream(q))
+
+
+attention_window_op.register_fake(_attention_fake)
+attention_window_backward_op.register_fake(
+    lambda do, q, k, v, o, lse, causal, scale, left, right:
+    (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)))
+
+
+def _window_setup(ctx, inputs, output):
+    q, k, v, ctx.causal, ctx.scale, ctx.left, ctx.right = inputs
+    o, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, o, lse)
+
+
+def _window_grad(ctx, do, _dlse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = attention_window_backward_op(do, q, k, v, o, lse, ctx.causal, ctx.scale,
+                                              ctx.left, ctx.right)
+    return dq, dk, dv, None, None, None, None
+
+
+attention_window_op.register_autograd(_window_grad, setup_context=_window_setup)
+
+
+# --- the simulator: CPU tensors through NumPy ---------------------------------------------
+def _host(fn):
+    """``fn`` (a package call returning arrays) on CPU tensors: NumPy in, tensors out."""
+
+    def kernel(*args):
+        arrays = []
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                if a.dtype not in (torch.float16, torch.float32):
+                    raise TypeError(f"on the CUDA simulator CPU tensors must be float16 or "
+                                    f"float32, got {str(a.dtype)[6:]}")
+                a = a.detach().contiguous().numpy()
+            arrays.append(a)
+        return tuple(torch.from_numpy(x.copy()) for x in fn(*arrays))
+
+    return kernel
+
+
+if _simulating():
+    attention_op.register_kernel("cpu", _host(
+        lambda q, k, v, causal, scale: _attention(q, k, v, causal=causal, scale=scale,
+                                                  return_lse=True)))
+    attention_backward_op.register_kernel("cpu", _host(
+        lambda do, q, k, v, o, lse, causal, scale: _backward.attention_backward(
+            do, q, k, v, o, lse, causal=causal, scale=scale)))
+    attention_window_op.register_kernel("cpu", _host(
+        lambda q, k, v, causal, scale, left, right: _attention(
+            q, k, v, causal=causal, window=(left, right), scale=scale, return_lse=True)))
+    attention_window_backward_op.register_kernel("cpu", _host(
+        lambda do, q, k, v, o, lse, causal, scale, left, right: _backward.attention_backward(
+            do, q, k, v, o, lse, causal=causal, window=(left, right), scale=scale)))
+
+
+def attention(q, k, v, causal=False, scale=None, window=None):
     """Scaled dot-product attention O = softmax(scale·QKᵀ) V through the package's flash
     forward and backward, differentiable in q, k and v (``causal``: bottom-right aligned,
-    PyTorch's ``is_causal`` for Sq == Sk; ``scale`` default 1/sqrt(D))."""
+    PyTorch's ``is_causal`` for Sq == Sk; ``scale`` default 1/sqrt(D); ``window``: None or
+    (left, right) as in :func:`numba_softmax.attention`).  K and V may have fewer heads than
+    Q (grouped-query attention)."""
     for t, name in ((q, "q"), (k, "k"), (v, "v")):
         _tensor(t, name, _ATTENTION_DTYPES)
     causal = _checks.flag(causal, "causal")
     if scale is not None:
         scale = _checks.scale(scale, q.shape[-1])
-    return attention_op(q, k, v, causal, scale)[0]
+    left, right = _checks.window(window)
+    if (left, right) == (-1, -1):
+        return attention_op(q, k, v, causal, scale)[0]
+    return attention_window_op(q, k, v, causal, scale, left, right)[0]

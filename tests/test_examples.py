@@ -213,3 +213,14 @@ def test_12_which_kernel():
     speeds = table_rows(out, "2. % of a device copy")
     assert len(speeds) == 6 and all(cells(r)[2:6] == ["—"] * 4 for r in speeds)  # no times
 
+
+
+def test_13_serve():
+    """The serving loop's greedy tokens equal ``model.generate``'s (it needs torch and
+    transformers: CI has neither, and skips it)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    out = run_example("13_serve.py", timeout=600)
+    rows = table_rows(out, "Served sequences")
+    assert len(rows) == 3 and all(r.rstrip().endswith("yes") for r in rows), rows
+    assert "Greedy tokens match model.generate (sdpa): yes" in out
