@@ -518,16 +518,19 @@ def _plumbing():
                          (C(t, 1), int64, float32, float32), block=256))
     out.append(Entry("bench.sleep", "-", "bench.timing:_sleep_kernel", (), (int64, uint32), block=1))
     # the Hopper primitives' own kernels (kernels/hw/wgmma.py, tma.py), for sm_90a
-    for n, kind, regs in ((64, "f16", 0), (256, "bf16", 0), (64, "f16", 232)):
-        out.append(Entry("hw.wgmma", f"{kind} m64n{n}k16 x4" + (f" setmaxnreg {regs}" if regs else ""),
-                         "kernels.hw.wgmma:example_kernel", (n, kind, 4, regs),
+    for n, kind, regs, tb in ((64, "f16", 0, False), (256, "bf16", 0, False), (64, "f16", 232, False),
+                              (128, "f16", 0, True)):
+        out.append(Entry("hw.wgmma", f"{kind} m64n{n}k16 x4" + (f" setmaxnreg {regs}" if regs else "")
+                         + (" N-major B" if tb else ""),
+                         "kernels.hw.wgmma:example_kernel", (n, kind, 4, regs, tb),
                          (C(uint16, 2), C(uint16, 2), C(float32, 2)), block=128, min_cc=(9, 0),
                          arch="a"))
     # the wgmma attention forward (kernels/attention/hopper.py), for sm_90a
-    for kind, d, vec in (("f16", 64, 8), ("bf16", 128, 8), ("f16", 128, 8), ("f16", 64, 1)):
+    for kind, d, vec, vn in (("f16", 64, 8, False), ("bf16", 128, 8, False), ("f16", 128, 8, False),
+                             ("f16", 64, 1, False), ("f16", 128, 8, True)):
         t = ST[kind]
-        out.append(Entry("attention.hopper", f"{kind} D{d} vec {vec}",
-                         "kernels.attention.hopper:kernel", (kind, NP[kind], d, d, vec),
+        out.append(Entry("attention.hopper", f"{kind} D{d} vec {vec}" + (" V N-major" if vn else ""),
+                         "kernels.attention.hopper:kernel", (kind, NP[kind], d, d, vec, vn),
                          (A(uint16, 4), A(uint16, 4), A(uint16, 4), A(t, 4), A(float32, 3),
                           float64, boolean), block=128, min_cc=(9, 0), arch="a"))
     for rows, sw in ((64, 1), (16, 0)):

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(not _hopper(), reason="wgmma needs sm_90 (or the
 
 
 def run(rng, b, hq, hkv, sq, sk, d, dv, dtype, causal, scale=None, out_dtype=None,
-        ragged=False):
+        ragged=False, v_n_major=False):
     q = random(rng, (b, hq, sq, d), dtype)
     k = random(rng, (b, hkv, sk, d + ragged), dtype)  # ragged: rows of d + 1 values, not
     # 16-byte aligned, so the kernel reads them value by value
@@ -35,7 +35,7 @@ def run(rng, b, hq, hkv, sq, sk, d, dv, dtype, causal, scale=None, out_dtype=Non
     o, lse = poisoned((b, hq, sq, dv), out_dtype), poisoned((b, hq, sq), F32)
     dq, dk, dvv = cuda.to_device(q), cuda.to_device(k)[..., :d], cuda.to_device(v)
     k = k[..., :d]
-    hopper.launch(dq, dk, dvv, o, lse, causal=causal, scale=scale)
+    hopper.launch(dq, dk, dvv, o, lse, causal=causal, scale=scale, v_n_major=v_n_major)
     want_o, want_lse = R.attention(values(q), values(k), values(v), causal=causal, scale=scale,
                                    return_lse=True)
     lse = lse.copy_to_host()
@@ -56,6 +56,13 @@ def test_matches_the_reference(case, dtype):
     rng, seed = fresh()
     b, hq, hkv, sq, sk, d, dv, causal = case
     run(rng, b, hq, hkv, sq, sk, d, dv, dtype, causal)
+
+
+@pytest.mark.parametrize("dv", [64, 128])
+def test_v_read_n_major(dv):
+    """V_j stored as it lies in memory, the second product reading it N-major."""
+    rng, _ = fresh()
+    run(rng, 1, 2, 1, *sized((20, 70), (300, 517)), 64, dv, F16, True, v_n_major=True)
 
 
 def test_negative_scale_float32_output_and_rows_read_value_by_value():

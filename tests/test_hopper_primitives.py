@@ -70,14 +70,15 @@ def test_sim_descriptor_reads_the_swizzled_tile():
 
 
 @hopper
-@pytest.mark.parametrize("n,kind,ksteps", [(64, "f16", 1), (8, "bf16", 4), (16, "f16", 2),
-                                           (64, "bf16", 4)])
-def test_wgmma_from_shared_memory(n, kind, ksteps):
+@pytest.mark.parametrize("n,kind,ksteps,trans_b", [
+    (64, "f16", 1, False), (8, "bf16", 4, False), (16, "f16", 2, False), (64, "bf16", 4, False),
+    (64, "f16", 4, True), (128, "bf16", 2, True), (16, "f16", 3, True)])
+def test_wgmma_from_shared_memory(n, kind, ksteps, trans_b):
     rng = np.random.default_rng(n + ksteps)
     a, abits = _operands(rng, 64, 16 * ksteps, kind)
     b, bbits = _operands(rng, n, 16 * ksteps, kind)
     d = np.full((64, n), np.nan, np.float32)
-    wgmma.example_kernel(n, kind, ksteps)[1, 128](abits, bbits, d)
+    wgmma.example_kernel(n, kind, ksteps, 0, trans_b)[1, 128](abits, bbits, d)
     want = a @ b.T
     np.testing.assert_allclose(d, want, rtol=2e-6, atol=1e-5)
 

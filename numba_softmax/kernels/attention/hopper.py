@@ -57,15 +57,21 @@ ALIGN = wgmma.TILE_ALIGN  # (a module global: Numba takes it as the constant it 
 
 
 @functools.cache
-def kernel(kind, out_dtype, d, dv, vec=1):
+def kernel(kind, out_dtype, d, dv, vec=1, v_n_major=False):
     """The forward kernel for fp16 (``kind`` "f16") or bf16 ("bf16") inputs given as
     uint16 bits, output ``out_dtype`` (float16, uint16 = bf16 bits, or float32);
-    ``vec`` 8: q, k, v are read 16 bytes at a time (:func:`.staging.aligned`), else 1."""
+    ``vec`` 8: q, k, v are read 16 bytes at a time (:func:`.staging.aligned`), else 1;
+    ``v_n_major``: V_j is stored as it lies in memory and read N-major by the second
+    product (``trans_b``), instead of transposed on the way into shared memory."""
     _, pack = for_dtype(np.float16 if kind == "f16" else np.uint16)
     store = jit.storer(out_dtype)
     load = vector.io(vec)[0]
     QV, KV, VV = d // vec, d // vec, dv // vec  # vectors a row
-    mma_s, mma_o, wait = wgmma.wgmma_ss(BN, kind), wgmma.wgmma_rs(dv, kind), wgmma.wgmma_wait(0)
+    mma_s, wait = wgmma.wgmma_ss(BN, kind), wgmma.wgmma_wait(0)
+    mma_o = wgmma.wgmma_rs(dv, kind, v_n_major)
+    # V_j's descriptor: transposed (K-major), 8-row groups 1024 bytes apart, k16 steps 32
+    # bytes on; N-major, 64-column blocks BN·128 bytes apart, k16 steps 16 rows = 2048 on
+    V_LBO, V_STEP = (BN * 128, 2048) if v_n_major else (16, 32)
     KS, NS, NO, KP = d // 16, BN // 2, dv // 2, BN // 16  # k-steps; S, O registers; P's k-steps
     Q_CHUNK, K_CHUNK = BM * 64, BN * 64  # uint16 values in one 64-wide swizzled chunk
     Q_SIZE, K_SIZE, V_SIZE = BM * d, BN * d, dv * BN
@@ -125,12 +131,16 @@ def kernel(kind, out_dtype, d, dv, vec=1):
                 for e in range(vec):
                     sk_s[(c >> 6) * K_CHUNK + wgmma.swizzle128(r, c & 63) + e] = \
                         buf[e] if j0 + r < sk else uint16(0)
-            for idx in range(tid, BN * VV, THREADS):  # V_j transposed: row c holds column c
-                r, c = idx // VV, (idx % VV) * vec  # (the reads along c: coalesced)
+            for idx in range(tid, BN * VV, THREADS):  # V_j: as K, or transposed (row c
+                r, c = idx // VV, (idx % VV) * vec  # holds column c; reads along c coalesced)
                 if j0 + r < sk:
                     load(v_h, j0 + r, c, buf, 0)
                 for e in range(vec):
-                    sv_s[wgmma.swizzle128(c + e, r)] = buf[e] if j0 + r < sk else uint16(0)
+                    x = buf[e] if j0 + r < sk else uint16(0)
+                    if v_n_major:
+                        sv_s[(c >> 6) * K_CHUNK + wgmma.swizzle128(r, c & 63) + e] = x
+                    else:
+                        sv_s[wgmma.swizzle128(c + e, r)] = x
             fence_proxy_async()  # this thread's stores, ordered before the tensor cores' reads
             cuda.syncthreads()  # every thread's stores are in (and Q's, the first time)
 
@@ -184,7 +194,7 @@ def kernel(kind, out_dtype, d, dv, vec=1):
             # O += P V_j: 4 k-steps over the tile's keys, B = V_jᵀ (Dv rows of 64 keys)
             wgmma.wgmma_fence()
             for kk in range(KP):
-                dv_desc = wgmma.advance(wgmma.descriptor(sv_s, 0, 16, 1024, SW), 32 * kk)
+                dv_desc = wgmma.advance(wgmma.descriptor(sv_s, 0, V_LBO, 1024, SW), V_STEP * kk)
                 mma_o(acc, pf, kk, dv_desc, 1)
             wgmma.wgmma_commit()
             wait()
@@ -207,11 +217,12 @@ def kernel(kind, out_dtype, d, dv, vec=1):
     return forward
 
 
-def launch(q, k, v, o, lse, *, causal=False, scale=None, stream=0):
+def launch(q, k, v, o, lse, *, causal=False, scale=None, stream=0, v_n_major=False):
     """Run on 4-D device arrays q (B, Hq, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv),
     all float16 or all uint16 (bfloat16 bits), Hq a multiple of Hkv, D and Dv 64 or 128;
     ``o`` (B, Hq, Sq, Dv: q's dtype or float32) and ``lse`` (B, Hq, Sq, float32) receive
-    the result.  Any strides.  Needs sm_90 (or the simulator)."""
+    the result.  Any strides.  Needs sm_90 (or the simulator).  ``v_n_major``: see
+    :func:`kernel`."""
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(f"q, k, v must be 4-D, got {q.shape}, {k.shape}, {v.shape}")
     n_b, n_h, sq, d = q.shape
@@ -236,5 +247,6 @@ def launch(q, k, v, o, lse, *, causal=False, scale=None, stream=0):
     blocks = n_b * n_h * -(-sq // BM)
     if blocks == 0:
         return
-    fwd = kernel(kind, o.dtype, d, dv, 8 if all(aligned(a) for a in bits) else 1)
+    fwd = kernel(kind, o.dtype, d, dv, 8 if all(aligned(a) for a in bits) else 1,
+                 bool(v_n_major))
     launcher.launch(fwd, (blocks,), THREADS, stream, (*bits, o, lse, scale, bool(causal)))

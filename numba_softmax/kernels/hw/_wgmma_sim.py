@@ -53,12 +53,24 @@ def element_address(desc, row, k):
     return swizzle(start + (row // 8) * sbo + (row % 8) * width + 2 * k, width)
 
 
-def _read(desc, rows, decode):
+def n_major_address(desc, n, k):
+    """The byte address of element (n, k) of an N-major B (``trans_b``; 128-byte swizzle):
+    64-column blocks LBO apart, k-rows 128 bytes apart, groups of 8 k-rows SBO apart."""
+    desc = int(desc)
+    start, lbo = (desc & 0x3FFF) << 4, ((desc >> 16) & 0x3FFF) << 4
+    sbo, layout = ((desc >> 32) & 0x3FFF) << 4, desc >> 62
+    if layout != 1:
+        raise NotImplementedError("an N-major B is emulated with the 128-byte swizzle only")
+    return swizzle(start + (n // 64) * lbo + (k // 8) * sbo + (k % 8) * 128 + 2 * (n % 64))
+
+
+def _read(desc, rows, decode, trans=False):
     """rows × 16 values (float) of the tile, as the tensor cores read them."""
     bits = desc.smem
+    address = n_major_address if trans else element_address
     out = []
     for r in rows:
-        words = [int(bits[element_address(desc, r, k) // 2]) for k in range(16)]
+        words = [int(bits[address(desc, r, k) // 2]) for k in range(16)]
         out.append([decode(words[k] | (words[k + 1] << 16))[e]
                     for k in range(0, 16, 2) for e in (0, 1)])
     return out
@@ -95,18 +107,18 @@ def _check(n, kind):
     return f16_pair if kind == "f16" else bf16_pair
 
 
-def wgmma_ss(n, kind):
+def wgmma_ss(n, kind, trans_b=False):
     decode = _check(n, kind)
 
     def wgmma(c, da, db, scale_d):
         w, g, _ = _place()
         rows = _read(da, (16 * w + g, 16 * w + g + 8), decode)
-        _accumulate(c, n, rows, _read(db, range(n), decode), scale_d)
+        _accumulate(c, n, rows, _read(db, range(n), decode, trans_b), scale_d)
 
     return wgmma
 
 
-def wgmma_rs(n, kind):
+def wgmma_rs(n, kind, trans_b=False):
     decode = _check(n, kind)
 
     def wgmma(c, a, ai, db, scale_d):
@@ -115,7 +127,7 @@ def wgmma_rs(n, kind):
         quad = lanes[4 * g:4 * g + 4]  # row g: a0 then a2 of each lane; row g+8: a1, a3
         rows = [[x for reg in (first, first + 2) for lq in quad for x in decode(lq[reg])]
                 for first in (0, 1)]
-        _accumulate(c, n, rows, _read(db, range(n), decode), scale_d)
+        _accumulate(c, n, rows, _read(db, range(n), decode, trans_b), scale_d)
 
     return wgmma
 

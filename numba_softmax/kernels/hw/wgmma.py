@@ -53,6 +53,13 @@ K-major with a swizzle: SBO = bytes from one 8-row group to the next (1024 for a
 64-wide tile), LBO unused (1).  Without one: 8×8 core matrices of 128 contiguous bytes,
 LBO = bytes between core matrices adjacent in k, SBO = … adjacent in rows.
 
+**N-major B** (``trans_b=True``, the instruction's ``imm-trans-b``; 128-byte swizzle
+only here): B stored k-row after k-row, its N values contiguous — a V tile as it lies in
+memory, (keys, Dv) — in blocks of 64 columns: row k of block b at byte
+``b·LBO + k·128``, swizzled as above.  The two offsets swap roles: SBO = bytes from one
+group of 8 k-rows to the next (1024), LBO = bytes from one 64-column block to the next;
+a k16 step is 16 rows, 2048 bytes further.
+
 The names (``c`` is a ``cuda.local.array(N // 2, float32)``; see ``example_kernel``)::
 
     descriptor(smem, i, lbo, sbo, layout)  uint64 for the tile at uint16 smem[i]
@@ -60,8 +67,9 @@ The names (``c`` is a ``cuda.local.array(N // 2, float32)``; see ``example_kerne
     advance(desc, nbytes)                  the descriptor nbytes further (nbytes % 16 == 0)
     swizzle(addr) / swizzle128(r, k)       the 128-byte swizzle; the uint16 index of (r, k)
                                            in a dense 64-wide swizzled tile
-    wgmma_ss(n, kind)(c, da, db, scale_d)  c += A·Bᵀ (scale_d 0: c = A·Bᵀ), kind f16 | bf16
-    wgmma_rs(n, kind)(c, a, ai, db, scale_d)  A from a[ai, 0:4] (packed pairs, as mma.py)
+    wgmma_ss(n, kind[, trans_b])(c, da, db, scale_d)  c += A·Bᵀ (scale_d 0: c = A·Bᵀ),
+                                           kind f16 | bf16; trans_b: B N-major
+    wgmma_rs(n, kind[, trans_b])(c, a, ai, db, scale_d)  A from a[ai, 0:4] (packed pairs)
     wgmma_fence(), wgmma_commit(), wgmma_wait(n)
                                            order register accesses before a wgmma; close a
                                            group; (build time) the waiter for ≤ n groups
@@ -141,12 +149,13 @@ else:
     def advance(desc, nbytes):
         return desc + uint64(nbytes >> 4)
 
-    def _wgmma(n, kind, a_regs):
+    def _wgmma(n, kind, a_regs, trans_b):
         m = n // 2  # accumulator registers a thread
         d = ",".join(f"${r}" for r in range(m))
         a = "{" + ",".join(f"${m + r}" for r in range(4)) + "}" if a_regs else f"${m}"
         b, p = (m + 4, m + 5) if a_regs else (m + 1, m + 2)
-        tail = "p, 1, 1, 0;" if a_regs else "p, 1, 1, 0, 0;"
+        tb = int(bool(trans_b))  # imm-trans-b: 1 reads B N-major
+        tail = f"p, 1, 1, {tb};" if a_regs else f"p, 1, 1, 0, {tb};"
         text = (f"{{ .reg .pred p; setp.ne.b32 p, ${p}, 0; "
                 f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} "
                 f"{{{d}}}, {a}, ${b}, {tail} }}")
@@ -195,15 +204,16 @@ else:
             raise ValueError(f"wgmma m64nNk16 takes N = 8 … 256 (a multiple of 8) and kind "
                              f"f16 or bf16, got n={n}, kind={kind!r}")
 
-    def wgmma_ss(n, kind):
-        """The m64n{n}k16 wgmma with A and B from shared memory (one function per n, kind)."""
+    def wgmma_ss(n, kind, trans_b=False):
+        """The m64n{n}k16 wgmma with A and B from shared memory (one function per n, kind,
+        B's major-ness)."""
         _check(n, kind)
-        return _made(("ss", n, kind), lambda: _wgmma(n, kind, False))
+        return _made(("ss", n, kind, bool(trans_b)), lambda: _wgmma(n, kind, False, trans_b))
 
-    def wgmma_rs(n, kind):
+    def wgmma_rs(n, kind, trans_b=False):
         """The m64n{n}k16 wgmma with A from registers, B from shared memory."""
         _check(n, kind)
-        return _made(("rs", n, kind), lambda: _wgmma(n, kind, True))
+        return _made(("rs", n, kind, bool(trans_b)), lambda: _wgmma(n, kind, True, trans_b))
 
     wgmma_fence = plain_asm("wgmma.fence.sync.aligned;")
     wgmma_commit = plain_asm("wgmma.commit_group.sync.aligned;")
@@ -226,18 +236,23 @@ else:
         return _setmaxnreg("dec", n)
 
 
-def example_kernel(n, kind, ksteps=4, regs=0):
+def example_kernel(n, kind, ksteps=4, regs=0, trans_b=False):
     """One warpgroup: D (64×n float32) = A (64×16·ksteps) · B (n×16·ksteps)ᵀ, A and B given
     as uint16 bits, staged in 128-byte swizzled shared tiles and multiplied by ``ksteps``
     wgmmas of one group (first raising its registers to ``regs`` with ``setmaxnreg``, if
-    given).  The tests' and compile check's kernel; the pattern to copy."""
+    given; ``trans_b``: B staged N-major, 64 k-rows of each 64-column block).  The tests'
+    and compile check's kernel; the pattern to copy."""
     if not 1 <= ksteps <= 4:
         raise ValueError(f"ksteps is 1 … 4 (one 64-wide swizzled tile), got {ksteps}")
     from .tma import fence_proxy_async
 
-    mma, wait = wgmma_ss(n, kind), wgmma_wait(0)
+    mma, wait = wgmma_ss(n, kind, trans_b), wgmma_wait(0)
     grow = setmaxnreg_inc(regs) if regs else wgmma_fence  # (a fence: harmless)
-    half, kk, a_size, b_size = n // 2, 16 * ksteps, 64 * 64, n * 64  # (shapes: constants)
+    half, kk, a_size = n // 2, 16 * ksteps, 64 * 64  # (shapes: constants)
+    b_size = -(-n // 64) * 64 * 64 if trans_b else n * 64
+    # B's descriptor: K-major, 8-row groups 1024 bytes apart, k16 steps 32 bytes on; N-major,
+    # 64-column blocks 8 KiB apart (LBO), 8-k-row groups 1024 (SBO), k16 steps 2048 bytes on
+    b_lbo, b_step = (64 * 64 * 2, 2048) if trans_b else (16, 32)
 
     @kernel
     def k(a, b, d):
@@ -249,18 +264,22 @@ def example_kernel(n, kind, ksteps=4, regs=0):
             r, c = idx // 64, idx % 64
             sa[swizzle128(r, c)] = a[r, c] if c < kk else uint16(0)
         for idx in range(tid, n * 64, 128):
-            r, c = idx // 64, idx % 64
-            sb[swizzle128(r, c)] = b[r, c] if c < kk else uint16(0)
+            r, c = idx // 64, idx % 64  # B[r, c]: column r of the product, k = c
+            x = b[r, c] if c < kk else uint16(0)
+            if trans_b:  # k-row c of r's 64-column block
+                sb[(r >> 6) * 4096 + swizzle128(c, r & 63)] = x
+            else:
+                sb[swizzle128(r, c)] = x
         cuda.syncthreads()
         fence_proxy_async()  # the threads' stores, seen by the tensor cores' reads
         acc = cuda.local.array(half, float32)
         for j in range(half):
             acc[j] = float32(0)
         da = descriptor(sa, 0, 16, 1024, SWIZZLE_128B)
-        db = descriptor(sb, 0, 16, 1024, SWIZZLE_128B)
+        db = descriptor(sb, 0, b_lbo, 1024, SWIZZLE_128B)
         wgmma_fence()
         for s in range(ksteps):
-            mma(acc, advance(da, 32 * s), advance(db, 32 * s), 1)
+            mma(acc, advance(da, 32 * s), advance(db, b_step * s), 1)
         wgmma_commit()
         wait()
         w, lane = tid // 32, tid % 32
