@@ -69,7 +69,7 @@ PYTEST = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-ra", "-n", "0"]
 OWN_JOBS = ("tests/test_fuzz.py", "tests/test_reliability.py", "tests/test_examples.py",
             "tests/test_docs.py", "tests/test_bench.py")
 TIMED_EXAMPLES = ("02_block_sweep.py", "03_memory_traffic.py", "05_flash_attention.py",
-                  "06_split_kv_decode.py", "12_which_kernel.py")
+                  "06_split_kv_decode.py", "12_which_kernel.py", "13_serve.py")
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 
 
