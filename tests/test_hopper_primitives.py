@@ -135,7 +135,7 @@ def test_bad_shapes_are_refused():
     with pytest.raises(ValueError, match="setmaxnreg"):
         wgmma.setmaxnreg_inc(250)
     with pytest.raises(TypeError, match="array"):
-        tma.check_box(np.zeros((4, 4, 4), np.float16), 4, 8, tma.NONE)
+        tma.check_box(np.zeros((2, 4, 4, 4), np.float16), 4, 8, tma.NONE)
     with pytest.raises(ValueError, match="box_cols"):
         tma.check_box(np.zeros((4, 4), np.float16), 4, 4, tma.NONE)
 
@@ -161,6 +161,21 @@ def test_tma_tile_load_zero_fills(row, col, sw):
     np.testing.assert_array_equal(got, want.view(np.uint16))
     assert (got != 0).any() and (row < 0 or col + box_cols > 88 or row + box_rows > 60) == \
         (got == 0).any()
+
+
+@hopper
+@pytest.mark.parametrize("plane,row", [(1, 0), (2, 20), (0, -5), (3, 0)])
+def test_tma_3d_loads_one_plane_and_zero_fills_past_it(plane, row):
+    src = (np.arange(3 * 30 * 64, dtype=np.float32).reshape(3, 30, 64) % 1999 + 1).astype(np.float16)
+    tmap = tma.encode_tiled(src, 16, 64, tma.SWIZZLE_128B)
+    out = np.zeros(16 * 64, np.uint16)
+    tma.example_kernel(16, 64, tma.SWIZZLE_128B, three_d=True)[1, 64](tmap, row, 0, plane, out)
+    want = np.zeros((16, 64), np.float16)
+    for r in range(16):
+        if 0 <= plane < 3 and 0 <= row + r < 30:  # not the next plane's rows
+            want[r] = src[plane, row + r]
+    got = out[wgmma._swizzle128(*np.indices((16, 64)))]
+    np.testing.assert_array_equal(got, want.view(np.uint16))
 
 
 @sim_only

@@ -100,10 +100,30 @@ def _bits(values):
     return values.view(np.uint16) if values.dtype.itemsize == 2 else values
 
 
-def tma_load_2d(smem, j, tmap, col, row, bar, i):
+def tma_load_3d(smem, j, tmap, col, row, plane, bar, i):
+    """One plane of a 3-D map's array: rows past it read as zeros, as a box of depth 1."""
+    array = _map(tmap)
+    if array.ndim != 3:
+        raise ValueError("tmap: tma_load_3d needs the map of a 3-D array")
+    p = int(plane)
+    _load(smem, j, tmap, array[p] if 0 <= p < array.shape[0] else array[0, :0, :0], col, row,
+          bar, i)
+
+
+def _map(tmap):
     if int(tmap[0]) != _TAG:
         raise ValueError("tmap: not a tensor map made by encode_tiled")
-    array = _MAPS[int(tmap[1])]
+    return _MAPS[int(tmap[1])]
+
+
+def tma_load_2d(smem, j, tmap, col, row, bar, i):
+    array = _map(tmap)
+    if array.ndim != 2:
+        raise ValueError("tmap: tma_load_2d needs the map of a 2-D array")
+    _load(smem, j, tmap, array, col, row, bar, i)
+
+
+def _load(smem, j, tmap, array, col, row, bar, i):
     rows, cols, sw = (int(tmap[n]) for n in (2, 3, 4))
     box = np.zeros((rows, cols), array.dtype)
     r0, c0 = int(row), int(col)

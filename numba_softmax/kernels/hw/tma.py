@@ -42,6 +42,10 @@ aligned when swizzled; ``tmap``: the uint64[16] device array)::
     wait(bar, i, parity)                    spin until it has
     tma_load_2d(smem, j, tmap, col, row, bar, i)
                                             smem[j …] ← the box at (row, col)
+    tma_load_3d(smem, j, tmap, col, row, plane, bar, i)
+                                            the same in plane ``plane`` of a 3-D array's
+                                            map (box depth 1: rows past the plane's
+                                            last are zeros, not the next plane's)
     fence_proxy_async()                     this thread's shared-memory writes, visible to
                                             the async proxy (wgmma, TMA stores)
     tensormap_acquire(tmap), prefetch_tensormap(tmap)
@@ -64,9 +68,9 @@ _DTYPES = {np.dtype(np.float16): "FLOAT16", np.dtype(np.uint16): "BFLOAT16",
 
 def check_box(array, box_rows, box_cols, swizzle):
     dtype = np.dtype(array.dtype)
-    if dtype not in _DTYPES or len(array.shape) != 2:
-        raise TypeError(f"array: a 2-D float16, uint16 (bfloat16 bits) or float32 array, "
-                        f"got {dtype} with shape {array.shape}")
+    if dtype not in _DTYPES or len(array.shape) not in (2, 3):
+        raise TypeError(f"array: a 2-D or 3-D float16, uint16 (bfloat16 bits) or float32 "
+                        f"array, got {dtype} with shape {array.shape}")
     if not (1 <= box_rows <= 256 and 1 <= box_cols <= 256):
         raise ValueError(f"box_rows, box_cols: 1 … 256, got {box_rows}, {box_cols}")
     if (box_cols * dtype.itemsize) % 16:
@@ -87,6 +91,7 @@ if simulator_enabled():
         prefetch_tensormap,
         tensormap_acquire,
         tma_load_2d,
+        tma_load_3d,
         try_wait,
         wait,
     )
@@ -146,6 +151,23 @@ else:
 
         return types.void(smem, j, tmap, col, row, bar, i), codegen
 
+    @intrinsic
+    def tma_load_3d(typingctx, smem, j, tmap, col, row, plane, bar, i):
+        def codegen(context, builder, sig, args):
+            st, jt, mt = sig.args[:3]
+            dst = shared_address(context, builder, st, args[0], args[1], jt)
+            mp = builder.ptrtoint(array_item(context, builder, mt, args[2], [0]), _I64)
+            coords = [builder.trunc(context.cast(builder, args[n], sig.args[n], types.int64), _I32)
+                      for n in (3, 4, 5)]
+            b = shared_address(context, builder, sig.args[6], args[6], args[7], sig.args[7])
+            inline_asm(builder, ir.VoidType(), [dst, mp] + coords + [b],
+                       "cp.async.bulk.tensor.3d.shared::cluster.global.tile"
+                       ".mbarrier::complete_tx::bytes [$0], [$1, {$2, $3, $4}], [$5];",
+                       "r,l,r,r,r,r,~{memory}", side_effect=True)
+            return context.get_dummy_value()
+
+        return types.void(smem, j, tmap, col, row, plane, bar, i), codegen
+
     def _map_op(text):
         @intrinsic
         def op(typingctx, tmap):
@@ -164,23 +186,28 @@ else:
 
     def encode_tiled(array, box_rows, box_cols, swizzle=NONE):
         """The tensor map of ``box_rows`` × ``box_cols`` boxes of the 2-D device ``array``
-        (row stride a multiple of 16 bytes), as 16 uint64 words: copy them to the device."""
+        (row stride a multiple of 16 bytes), or of one plane of a 3-D one (planes, rows,
+        cols; plane stride a multiple of 16 bytes too), as 16 uint64 words: copy them to
+        the device."""
         import ctypes
 
         from cuda.bindings import driver as drv
 
         check_box(array, box_rows, box_cols, swizzle)
         dtype = np.dtype(array.dtype)
-        rows, cols = array.shape
-        pitch = array.strides[0]
-        if pitch % 16 or array.strides[1] != dtype.itemsize:
+        rows, cols = array.shape[-2:]
+        pitches = list(array.strides[:-1])[::-1]  # row stride, then plane stride (bytes)
+        if any(p % 16 for p in pitches) or array.strides[-1] != dtype.itemsize:
             raise ValueError("array: rows of contiguous values, 16-byte aligned row stride")
+        dims, box = [cols, rows], [box_cols, box_rows]
+        if array.ndim == 3:
+            dims, box = dims + [array.shape[0]], box + [1]
         kind = getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{_DTYPES[dtype]}")
         sw = (drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzle == SWIZZLE_128B
               else drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE)
         err, tmap = drv.cuTensorMapEncodeTiled(
-            kind, 2, array.__cuda_array_interface__["data"][0], [cols, rows], [pitch],
-            [box_cols, box_rows], [1, 1], drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            kind, array.ndim, array.__cuda_array_interface__["data"][0], dims, pitches,
+            box, [1] * array.ndim, drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             sw, drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
             drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)  # NONE: zeros
         if err != drv.CUresult.CUDA_SUCCESS:
@@ -188,14 +215,34 @@ else:
         return np.frombuffer(ctypes.string_at(tmap.getPtr(), 128), np.uint64).copy()
 
 
-def example_kernel(box_rows, box_cols, swizzle=NONE):
-    """One block: the box at (row, col) of the map's array lands in shared memory by TMA,
-    the block waits on the mbarrier and copies it out to ``out`` (uint16 bits, as stored:
-    swizzled if the map swizzles).  The tests' and compile check's kernel."""
+def example_kernel(box_rows, box_cols, swizzle=NONE, three_d=False):
+    """One block: the box at (row, col) of the map's array — of its plane ``plane``, for a
+    3-D array's map — lands in shared memory by TMA, the block waits on the mbarrier and
+    copies it out to ``out`` (uint16 bits, as stored: swizzled if the map swizzles).  The
+    tests' and compile check's kernel: ``k(tmap, row, col, out)``, or with ``three_d``
+    ``k(tmap, row, col, plane, out)``."""
     from .jit import kernel
     from .wgmma import TILE_ALIGN
 
     size = box_rows * box_cols
+    if three_d:
+        @kernel
+        def k3(tmap, row, col, plane, out):
+            tile = cuda.shared.array(size, uint16, alignment=TILE_ALIGN)
+            bar = cuda.shared.array(1, uint64)
+            tid = cuda.threadIdx.x
+            if tid == 0:
+                tensormap_acquire(tmap)
+                mbarrier_init(bar, 0, 1)
+            cuda.syncthreads()  # the barrier is initialised before anyone waits on it
+            if tid == 0:
+                arrive_expect_tx(bar, 0, size * 2)
+                tma_load_3d(tile, 0, tmap, col, row, plane, bar, 0)
+            wait(bar, 0, 0)
+            for idx in range(tid, size, cuda.blockDim.x):
+                out[idx] = tile[idx]
+
+        return k3
 
     @kernel
     def k(tmap, row, col, out):
