@@ -36,7 +36,7 @@ def _overlaps_any(d, inputs):
 
 # --- the API ------------------------------------------------------------------------------
 def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=False,
-              num_splits=None, out=None, stream=None):
+              num_splits=None, softcap=None, alibi_slopes=None, out=None, stream=None):
     """Scaled dot-product attention, FlashAttention-style: O = softmax(scale·Q Kᵀ) V.
 
     The Sq×Sk score matrix is never formed: one pass over K and V per tile of queries
@@ -59,8 +59,16 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
         (−1: unbounded on that side), as flash-attn's ``window_size``; with ``causal``.
     scale : float, optional
         The score scale; default 1/sqrt(D).
+    softcap : float or None
+        > 0: each scaled score s becomes softcap·tanh(s / softcap) (flash-attn's
+        ``softcap``; Gemma 2 uses 50), before the mask.  None or 0: off.
+    alibi_slopes : array or None
+        ALiBi: float32, shape (Hq,) or q's leading axes (B, Hq); query i's score of key j
+        gets −slope_h·|i + Sk − Sq − j| added (after the soft-cap), flash-attn's
+        definition.  Any array kind (read on the host, checked finite); never modified.
     return_lse : bool
-        Also return LSE = log Σ_j exp(scale·q·k_j), shape (..., Hq, Sq), float32.
+        Also return LSE = log Σ_j exp(s_j) over the (modified) scores s_j = scale·q·k_j,
+        shape (..., Hq, Sq), float32.
     num_splits : int or None
         None (default): chosen from the shape and the device — a few query rows per
         K/V head ((Hq/Hkv)·Sq ≤ 32: decoding) take the split-KV decode kernel with as
@@ -78,8 +86,10 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
     O, or (O, LSE) with ``return_lse``.
     """
     stream = ops.as_stream(stream)
-    options = (causal, window, scale, return_lse, num_splits)
-    plan_key, plan, ptrs = plans.lookup(("attention",) + options, (q, k, v, out), stream)
+    options = (causal, window, scale, return_lse, num_splits, softcap)
+    plan_key, plan, ptrs = None, None, None  # slopes are read on the host each call: no plan
+    if alibi_slopes is None:
+        plan_key, plan, ptrs = plans.lookup(("attention",) + options, (q, k, v, out), stream)
     if plan is not None:
         return plan((q, k, v, out), stream, ptrs)
 
@@ -89,6 +99,8 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
     return_lse = checks.flag(return_lse, "return_lse")
     window = checks.window(window)
     splits = checks.num_splits(num_splits)
+    softcap = checks.softcap(softcap)
+    slopes = checks.alibi_slopes(alibi_slopes, dq.shape[:-2])
     *lead, sq, d = dq.shape
     sk, d_v = dk.shape[-2], dv.shape[-1]
     scale = checks.scale(scale, d)
@@ -116,12 +128,13 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
         small = plans.simulator_enabled()
         if splits is None and not _decode.few_rows(q4, k4):
             splits = 1  # chosen: enough query tiles to fill the device, one pass
+        mods = dict(softcap=softcap, alibi=None if slopes is None else ops.to_device(slopes, stream))
         if splits == 1:
             kernel.launch(q4, k4, v4, o4, lse4, causal=causal, window=window, scale=scale,
-                          stream=stream, small=small)
+                          stream=stream, small=small, **mods)
         else:  # split-KV: num_splits ranges of keys, or (None) as many as pay
             _decode.launch(q4, k4, v4, o4, lse4, num_splits=splits, causal=causal,
-                           window=window, scale=scale, stream=stream, small=small)
+                           window=window, scale=scale, stream=stream, small=small, **mods)
         if target is not None and o_buf is not None:
             _fill(target, ops.to_user(kind, o_buf, stream, dq.dtype), stream)
         if o_buf is None or target is not None:

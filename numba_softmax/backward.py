@@ -94,7 +94,7 @@ def log_softmax_backward(dy, y, axis=-1, *, out=None, stream=None):
 
 
 def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), scale=None,
-                       stream=None):
+                       softcap=None, alibi_slopes=None, stream=None):
     """The gradients (dQ, dK, dV) of O = attention(Q, K, V), FlashAttention-2 style.
 
     P is rebuilt tile by tile from the forward's LSE, P = exp(scale·QKᵀ − LSE), and
@@ -113,6 +113,10 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), sc
     causal, window, scale
         As in the forward: query i sees key j iff −left <= j − (i + Sk − Sq) <= right for
         ``window=(left, right)`` (−1: unbounded), and ``causal`` adds right <= 0.
+    softcap, alibi_slopes
+        Not yet taken by the backward kernels: anything but None (or a softcap of 0) is a
+        ``ValueError`` (the NumPy reference has both:
+        :func:`numba_softmax.reference.attention_backward`).
     stream
         As for :func:`numba_softmax.softmax`.
 
@@ -121,6 +125,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), sc
     and kind of q.  dQ is accumulated with atomic adds: its last bits may differ from run
     to run.
     """
+    checks.refuse_mods(softcap, alibi_slopes, "attention_backward")
     stream = ops.as_stream(stream)
     plan_key, plan, ptrs = plans.lookup(("attention_backward", causal, window, scale),
                                         (do, q, k, v, o, lse, None), stream)

@@ -27,7 +27,7 @@ from .kernels.topk.topk import MAX_K
 __all__ = ["ATTENTION_DTYPES", "described", "described_all", "flag", "scale", "window",
            "num_splits", "integer", "real", "temperature", "top_k", "top_p", "qkv", "out",
            "merge_pair", "attention_grads", "packed_qkv", "offsets", "max_seqlen", "tables",
-           "refuse_tables", "table_findings"]
+           "refuse_tables", "table_findings", "softcap", "alibi_slopes", "refuse_mods"]
 
 ATTENTION_DTYPES = (np.dtype(np.float16), kinds.BFLOAT16, np.dtype(np.float32))
 I32 = np.dtype(np.int32)
@@ -106,6 +106,38 @@ def window(value):
     if left is None or right is None:
         raise TypeError(f"window must be None or a pair of ints (left, right), got {value!r}")
     return (max(left, -1), max(right, -1))
+
+
+def softcap(value):
+    """The score soft-cap as a float: None or 0 (off, 0.0), else finite and > 0."""
+    c = 0.0 if value is None else real(value, "softcap")
+    if not (math.isfinite(c) and c >= 0):
+        raise ValueError(f"softcap must be finite and >= 0 (0 or None: off), got {c}")
+    return c
+
+
+def alibi_slopes(x, lead):
+    """ALiBi slopes (any kind of array, float32, finite): shape (Hq,) or ``lead`` — q's
+    leading axes down to its heads, (B, Hq) for a (B, Hq, Sq, D) q.  Returns them as a
+    float32 (1 or B, Hq) NumPy copy (read on the host, where they are checked), or None."""
+    if x is None:
+        return None
+    d = described(x, "alibi_slopes")
+    check_dtype(d, "alibi_slopes", (np.dtype(np.float32),))
+    if not lead or tuple(d.shape) not in ((lead[-1],), tuple(lead)):
+        raise ValueError(f"alibi_slopes has shape {tuple(d.shape)}; with q's heads {tuple(lead)} "
+                         f"it must be ({lead[-1] if lead else 'Hq'},) or {tuple(lead)}")
+    host = np.array(ops.to_numpy(x), np.float32).reshape(-1, lead[-1])
+    if not np.isfinite(host).all():
+        raise ValueError("alibi_slopes must be finite")
+    return host
+
+
+def refuse_mods(cap, slopes, where):
+    """ValueError naming the option for a path that does not take it yet."""
+    for name, on in (("softcap", softcap(cap) > 0), ("alibi_slopes", slopes is not None)):
+        if on:
+            raise ValueError(f"{name} is not supported with {where} yet")
 
 
 def num_splits(value):

@@ -53,7 +53,8 @@ def _packed(d, stream):
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None,
-                     *, causal=False, window=None, scale=None, return_lse=False, stream=None):
+                     *, causal=False, window=None, scale=None, softcap=None, alibi_slopes=None,
+                     return_lse=False, stream=None):
     """Attention over a packed batch of sequences of different lengths.
 
     q (total_q, Hq, D), k (total_k, Hkv, D), v (total_k, Hkv, Dv), one kind and dtype
@@ -63,7 +64,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     ``causal`` and ``window`` aligned bottom-right inside the sequence (as
     :func:`numba_softmax.attention`); rows after cu_seqlens_q[-1] (padding) belong to no
     sequence and get O = 0, LSE = −inf.  ``max_seqlen_q``/``max_seqlen_k``: the longest
-    sequences (integers, checked; computed when None).  Returns O (total_q, Hq, Dv), and with
+    sequences (integers, checked; computed when None).  ``softcap``, ``alibi_slopes``
+    ((Hq,) or (B, Hq), row b for sequence b): as :func:`numba_softmax.attention`.  Returns O (total_q, Hq, Dv), and with
     ``return_lse`` LSE (Hq, total_q) float32 (flash-attn's layout).
     """
     stream = ops.as_stream(stream)
@@ -78,6 +80,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     longest_q, longest_k = int(np.diff(cu_q).max()), int(np.diff(cu_k).max())
     checks.max_seqlen(max_seqlen_q, longest_q, "max_seqlen_q")
     checks.max_seqlen(max_seqlen_k, longest_k, "max_seqlen_k")
+    softcap = checks.softcap(softcap)
+    slopes = checks.alibi_slopes(alibi_slopes, (cu_q.size - 1, hq))
     kernel = kernel_for(dq.dtype, scale)
     kernel.check_head_dims(d, d_v)
     kind = dq.kind
@@ -96,7 +100,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
         ck = _ints(dcu_k, "cu_seqlens_k", stream)
         kernel.launch(q4, k4, v4, o4, lse3, causal=causal, window=window, scale=scale,
                       cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=max(longest_q, 1),
-                      stream=stream, small=plans.simulator_enabled())
+                      stream=stream, small=plans.simulator_enabled(), softcap=softcap,
+                      alibi=None if slopes is None else ops.to_device(slopes, stream))
     o = ops.to_user(kind, o_buf, stream, dq.dtype)
     return (o, ops.to_user(kind, lse_buf, stream)) if return_lse else o
 
@@ -140,7 +145,7 @@ def _tables(dtable, dlens, n_blocks, block_size, batch, stream, new_tokens=0, ch
 
 def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=False,
                     window=None, scale=None, return_lse=False, num_splits=None, check=True,
-                    stream=None):
+                    softcap=None, alibi_slopes=None, stream=None):
     """Attention of new tokens over a paged KV cache (decoding; Sq > 1 for speculative
     decoding).
 
@@ -157,8 +162,10 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=F
     nothing outside the cache or the table row whatever they hold, and the call waits for
     both).  ``check=False`` skips that check — for a serving loop whose tables are known
     good, so that the call never waits on the device; a bad entry then gives a wrong
-    result, not an error.
+    result, not an error.  ``softcap``, ``alibi_slopes``: not yet taken by the decode
+    kernels — anything but None (or a softcap of 0) is a ``ValueError``.
     """
+    checks.refuse_mods(softcap, alibi_slopes, "paged_attention")
     stream = ops.as_stream(stream)
     check = checks.flag(check, "check")
     arrays = (q, k_cache, v_cache, block_table, cache_seqlens, None)  # None: no out=

@@ -69,8 +69,8 @@ from typing import NamedTuple
 if __name__ == "__main__":  # (the real compiler, whatever the caller's environment says)
     os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
 import numpy as np  # noqa: E402
-from numba.cuda.types import (Array, UniTuple, boolean, float16, float32, float64,  # noqa: E402
-                              int32, int64, uint16, uint32, uint64)
+from numba.cuda.types import (Array, Tuple, UniTuple, boolean, float16, float32,  # noqa: E402
+                              float64, int32, int64, uint16, uint32, uint64)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -335,6 +335,12 @@ def _topk():
     return out
 
 
+def _with_mods(sig, at):
+    """``sig`` with its scale argument (index ``at``) as a score-modified kernel takes it:
+    (scale, softcap, slopes)."""
+    return sig[:at] + (Tuple((float64, float64, C(float32, 2))),) + sig[at + 1:]
+
+
 def _attention():
     """Forward attention, split-KV decoding, paged caches and the merges.  q, k, v, o
     (B, H, S, D) views of contiguous arrays (C), or of packed varlen (total, H, D) arrays
@@ -356,6 +362,13 @@ def _attention():
         out.append(Entry("attention", f"{d} {cfg}", FWD,
                          (NP[d], hd, hd, bq, bk, None, W16[d], NP[o]), fwd(d, lay, o),
                          block=128))  # (split_rows: 4 warps, 8 or 4 rows a lane)
+    # the score modifications (kernels/attention/score_mods.py): the scale argument is
+    # (scale, softcap, slopes (1 or B, Hq) float32)
+    for (hd, bq, bk, o, cap, alibi) in ((128, 64, 32, "f32", True, True), (64, 128, 64, "f32", True, False),
+                                        (128, 64, 32, "f32", False, True)):
+        out.append(Entry("attention", f"f32 D{hd} {bq}x{bk}" + " softcap" * cap + " alibi" * alibi,
+                         FWD, (NP["f32"], hd, hd, bq, bk, None, 4, NP[o], cap, alibi),
+                         _with_mods(fwd("f32", C, o), 9), block=128))
     # tensor cores: q k v o lse cu_q cu_k scale kv_chunk left right; Tiles: 4 warps, Bc 64
     # (32 past D 128), 2 stages, 3 blocks an SM to D 64; o float32 for split partials
     TC = "kernels.attention.attention_tc:kernel"
@@ -373,6 +386,12 @@ def _attention():
         out.append(Entry("attention_tc", f"{d} {cfg}", TC,
                          (NP[d], np.float32 if o is float32 else NP[d], hd, hd, 4, bk, 2, vec, mb),
                          tc(d, lay, o), block=128))
+    for d, hd, mb, o, cap, alibi in (("f16", 128, None, None, True, True), ("bf16", 128, None, None, True, False),
+                                     ("f16", 64, 3, None, False, True), ("f16", 128, None, float32, True, True)):
+        out.append(Entry("attention_tc", f"{d} D{hd}" + " softcap" * cap + " alibi" * alibi
+                         + (" float32 partials (split)" if o else ""), TC,
+                         (NP[d], np.float32 if o is float32 else NP[d], hd, hd, 4, 64, 2, True, mb,
+                          cap, alibi), _with_mods(tc(d, C, o), 7), block=128))
     # the merges (one warp a row, 4 a block): merge_splits(o_ws, lse_ws, o, lse) and
     # merge_pair(o_a, lse_a, o_b, lse_b, o, lse)
     M = "kernels.attention.merge:_merge_kernels"
@@ -537,6 +556,9 @@ def _plumbing():
         out.append(Entry("hw.tma", f"box {rows}x64 f16 swizzle {sw}", "kernels.hw.tma:example_kernel",
                          (rows, 64, sw), (C(uint64, 1), int64, int64, C(uint16, 1)), block=128,
                          min_cc=(9, 0), arch="a"))
+    out.append(Entry("hw.tma", "box 64x64 f16 swizzle 1, 3-D", "kernels.hw.tma:example_kernel",
+                     (64, 64, 1, True), (C(uint64, 1), int64, int64, int64, C(uint16, 1)),
+                     block=128, min_cc=(9, 0), arch="a"))
     return out
 
 

@@ -11,6 +11,10 @@ row that sees no key gets O = 0 and LSE = −inf, never NaN.
 Grouped-query attention (GQA/MQA): K and V may have fewer heads than Q (axis −3);
 query head h reads key/value head h // (Hq // Hkv).  These are the twins of :mod:`numba_softmax.kernels.attention.attention`
 and :mod:`numba_softmax.kernels.decode.decode`.
+
+Two modifications of the scaled scores, flash-attn's (:func:`scores`), before the mask:
+``softcap`` > 0 gives s ← softcap·tanh(s / softcap); ``alibi_slopes`` (Hq,) or (..., Hq)
+adds −slope_h·|i + Sk − Sq − j| to query i's score of key j.
 """
 
 import math
@@ -27,6 +31,7 @@ __all__ = [
     "merge_attention",
     "update_out_and_lse",
     "visible",
+    "scores",
 ]
 
 
@@ -68,6 +73,21 @@ def visible(sq, sk, causal=False, window=(-1, -1)):
     return ok
 
 
+def scores(q, k, scale, softcap=0.0, alibi_slopes=None):
+    """The scores of q (..., Sq, D) against k (..., Sk, D), float64: scale·q·k, then
+    softcap·tanh(· / softcap) if ``softcap`` > 0, then −slope·|i + Sk − Sq − j| with
+    ``alibi_slopes`` ((Hq,) or the leading axes of q down to the heads, (..., Hq)) —
+    flash-attn's order and definition, for causal and non-causal alike."""
+    s = scale * (q @ np.swapaxes(k, -1, -2))
+    if softcap:
+        s = softcap * np.tanh(s / softcap)
+    if alibi_slopes is not None:
+        sq, sk = s.shape[-2], s.shape[-1]
+        dist = np.abs(np.arange(sq)[:, None] + (sk - sq) - np.arange(sk)[None, :])
+        s = s - np.asarray(alibi_slopes, np.float64)[..., None, None] * dist
+    return s
+
+
 def _finish(m, l, o, return_lse):
     """O / ℓ and LSE = m + log ℓ; rows that saw nothing (ℓ = 0) get O = 0, LSE = −inf."""
     with np.errstate(invalid="ignore", divide="ignore"):  # ℓ = 0 → 0, ℓ = NaN → NaN
@@ -75,13 +95,15 @@ def _finish(m, l, o, return_lse):
     return (out, lse_np(m, l)) if return_lse else out
 
 
-def attention(q, k, v, causal=False, scale=None, return_lse=False, window=(-1, -1)):
+def attention(q, k, v, causal=False, scale=None, return_lse=False, window=(-1, -1),
+              softcap=0.0, alibi_slopes=None):
     """Materialised attention: the whole (Sq, Sk) score matrix, then safe softmax, then PV.
 
-    ``window=(left, right)`` and GQA (fewer K/V heads on axis −3) as in the module docstring."""
+    ``window=(left, right)``, GQA (fewer K/V heads on axis −3), ``softcap`` and
+    ``alibi_slopes`` (:func:`scores`) as in the module docstring."""
     q, k, v, scale = _prepare(q, k, v, scale)
     sq, sk = q.shape[-2], k.shape[-2]
-    s = scale * (q @ np.swapaxes(k, -1, -2))
+    s = scores(q, k, scale, softcap, alibi_slopes)
     if causal or tuple(window) != (-1, -1):
         s = np.where(visible(sq, sk, causal, window), s, -np.inf)
     m = s.max(axis=-1) if sk else np.full(s.shape[:-1], -np.inf)
@@ -90,7 +112,7 @@ def attention(q, k, v, causal=False, scale=None, return_lse=False, window=(-1, -
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, window=(-1, -1),
-                     scale=None, return_lse=False):
+                     scale=None, return_lse=False, softcap=0.0, alibi_slopes=None):
     """Attention over a packed batch of sequences of different lengths (flash-attn's varlen).
 
     q (total_q, Hq, D), k (total_k, Hkv, D), v (total_k, Hkv, Dv): sequence b owns the rows
@@ -98,7 +120,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, window=(
     and v, and attends only to its own keys (causal and window aligned bottom-right within
     it).  Returns o (total_q, Hq, Dv) and, with ``return_lse``, LSE (Hq, total_q) —
     flash-attn's ``softmax_lse`` layout.  An empty sequence owns no rows; a sequence with
-    no keys gets O = 0, LSE = −inf."""
+    no keys gets O = 0, LSE = −inf.  ``alibi_slopes``: (Hq,) or (B, Hq), row b for
+    sequence b."""
     q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
     cu_q, cu_k = (np.asarray(c, dtype=np.int64) for c in (cu_seqlens_q, cu_seqlens_k))
     if q.ndim != 3 or k.ndim != 3 or v.ndim != 3 or len(cu_q) != len(cu_k) or len(cu_q) < 1:
@@ -106,10 +129,13 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, window=(
                          f"got q {q.shape}, k {k.shape}, v {v.shape}, {len(cu_q)} and {len(cu_k)} offsets")
     out = np.zeros(q.shape[:2] + (v.shape[-1],))
     lse = np.full((q.shape[1], q.shape[0]), -np.inf)
+    slopes = None if alibi_slopes is None else np.asarray(alibi_slopes, np.float64)
     for b in range(len(cu_q) - 1):
         rows, keys = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
         heads = [np.swapaxes(x, 0, 1) for x in (q[rows], k[keys], v[keys])]  # (H, S, D)
-        o_b, lse_b = attention(*heads, causal=causal, scale=scale, return_lse=True, window=window)
+        sl = None if slopes is None else slopes[b] if slopes.ndim == 2 else slopes
+        o_b, lse_b = attention(*heads, causal=causal, scale=scale, return_lse=True, window=window,
+                               softcap=softcap, alibi_slopes=sl)
         out[rows], lse[:, rows] = np.swapaxes(o_b, 0, 1), lse_b
     return (out, lse) if return_lse else out
 

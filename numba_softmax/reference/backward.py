@@ -12,6 +12,8 @@ and the oracles of their tests (themselves checked against central finite differ
                  P  = exp(scale·QKᵀ − LSE)            (masked keys: 0)
                  dV = Pᵀ dO,   dP = dO Vᵀ,   dS = P ∘ (dP − D)
                  dQ = scale·dS K,   dK = scale·dSᵀ Q
+                 softcap c: S = c·tanh(scale·QKᵀ / c), so dS is multiplied by 1 − tanh²
+                 (ALiBi's bias is a constant: no change, and no gradient for the slopes)
 
 Why the backward needs only LSE from the forward, and where dS = P ∘ (dP − D) comes from:
 ``docs/algorithms/backward.md``.
@@ -22,7 +24,7 @@ import math
 import numpy as np
 
 from ..combine import weight_np
-from .attention import visible
+from .attention import scores, visible
 
 __all__ = ["softmax_backward", "log_softmax_backward", "attention_backward"]
 
@@ -41,14 +43,16 @@ def log_softmax_backward(dy, y, axis=-1):
     return dy - np.exp(y) * dy.sum(axis=axis, keepdims=True)
 
 
-def attention_backward(do, q, k, v, o, lse, causal=False, scale=None, window=(-1, -1)):
+def attention_backward(do, q, k, v, o, lse, causal=False, scale=None, window=(-1, -1),
+                       softcap=0.0, alibi_slopes=None):
     """(dQ, dK, dV) of O = attention(Q, K, V) from the forward's O and LSE.
 
     Shapes: q, o, do (..., Hq, Sq, D|Dv); k, v (..., Hkv, Sk, D|Dv) with Hq a multiple of Hkv
     (grouped-query attention: query head h reads key/value head h // (Hq/Hkv), so dK and dV
     sum over each group); lse (..., Hq, Sq).  ``causal`` and ``window`` as in
     :func:`numba_softmax.reference.visible`.  A row that saw no key (LSE = −inf) has P = 0:
-    its dQ and its share of dK, dV are 0, never NaN.
+    its dQ and its share of dK, dV are 0, never NaN.  ``softcap``, ``alibi_slopes``: as
+    the forward's (:func:`numba_softmax.reference.scores`).
     """
     do, q, k, v, o, lse = (np.asarray(a, np.float64) for a in (do, q, k, v, o, lse))
     sq, sk = q.shape[-2], k.shape[-2]
@@ -58,7 +62,7 @@ def attention_backward(do, q, k, v, o, lse, causal=False, scale=None, window=(-1
     if group > 1:  # one K, V per query head
         kr, vr = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
 
-    s = scale * (q @ np.swapaxes(kr, -1, -2))
+    s = scores(q, kr, scale, softcap, alibi_slopes)
     s = np.where(visible(sq, sk, causal, window), s, -np.inf)
     empty = np.isneginf(lse)[..., None]  # the row saw no key: LSE = −inf, P = 0
     with np.errstate(over="ignore", invalid="ignore"):
@@ -67,6 +71,8 @@ def attention_backward(do, q, k, v, o, lse, causal=False, scale=None, window=(-1
     dv = np.swapaxes(p, -1, -2) @ do  # dV = Pᵀ dO
     dp = do @ np.swapaxes(vr, -1, -2)  # dP = dO Vᵀ
     ds = p * (dp - d)  # dS = P ∘ (dP − D)
+    if softcap:  # through c·tanh(x / c): times 1 − tanh²(x / c), x = scale·q·k
+        ds = ds * (1.0 - np.tanh(scale * (q @ np.swapaxes(kr, -1, -2)) / softcap) ** 2)
     dq = scale * (ds @ kr)
     dk = scale * (np.swapaxes(ds, -1, -2) @ q)
     if group > 1:  # each K/V head collects the gradients of its group of query heads

@@ -26,20 +26,24 @@ def gather_kv(cache, block_table, b, length):
 
 
 def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, causal=False,
-                    window=(-1, -1), scale=None, return_lse=False):
+                    window=(-1, -1), scale=None, return_lse=False, softcap=0.0,
+                    alibi_slopes=None):
     """Attention of q (B, Hq, Sq, D) over each sequence's cached keys.
 
     The Sq queries of sequence b are its last Sq positions: with Sk = cache_seqlens[b],
     ``causal`` and ``window`` follow the bottom-right rule of :func:`attention`.  GQA:
-    Hq a multiple of Hkv.  Returns O (B, Hq, Sq, Dv) (and LSE (B, Hq, Sq)), float64."""
+    Hq a multiple of Hkv.  ``softcap``, ``alibi_slopes`` ((Hq,) or (B, Hq)) as in
+    :func:`attention`.  Returns O (B, Hq, Sq, Dv) (and LSE (B, Hq, Sq)), float64."""
     q = np.asarray(q, dtype=np.float64)
     lengths = np.asarray(cache_seqlens)
     outs, lses = [], []
+    slopes = None if alibi_slopes is None else np.asarray(alibi_slopes, np.float64)
     for b in range(q.shape[0]):
         kb, vb = (np.swapaxes(gather_kv(c, block_table, b, int(lengths[b])), 0, 1)
                   for c in (k_cache, v_cache))  # (Hkv, L, D)
+        sl = None if slopes is None else slopes[b] if slopes.ndim == 2 else slopes
         o, lse = attention(q[b], kb, vb, causal=causal, scale=scale, return_lse=True,
-                           window=window)
+                           window=window, softcap=softcap, alibi_slopes=sl)
         outs.append(o)
         lses.append(lse)
     out = np.stack(outs) if outs else np.zeros(q.shape[:3] + (np.shape(v_cache)[-1],))

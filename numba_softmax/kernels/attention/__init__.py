@@ -4,6 +4,7 @@
 ``flash_tiles``   the layout of one block of ``attention``: tile sizes and shared memory
 ``tileio``        16-byte loads and stores of attention tiles (4-D arrays, shared memory)
 ``visible``       which keys a query sees: causal (bottom-right), sliding windows
+``score_mods``    soft-capping and ALiBi of the scores (compile-time options of the forwards)
 ``attention_tc``  a2 — on tensor cores (``mma.sync``), fp16 / bf16 in, float32 accumulation
 ``tc_fold``       one key tile folded into a warp's rows on tensor cores
 ``staging``       ``cp.async`` staging of K / V tiles for the tensor-core kernels

@@ -45,7 +45,8 @@ expanded: the heads of a group are neighbours in the grid and share K, V tiles t
 L2); packed variable-length batches (``cu_seqlens``: sequence b owns rows
 cu[b] … cu[b+1] of a (1, H, total, D) view); and key-range splits (``kv_chunk``: the
 first kernel of split-KV, :mod:`.decode.decode`).  The grid is one axis of Tr·B·Hq blocks (no
-65535 ceiling on batch·heads) and one axis of splits.
+65535 ceiling on batch·heads) and one axis of splits.  Compile-time options: soft-capping
+and ALiBi (:mod:`.score_mods`), applied to each tile's scores before its mask.
 
 FLOPs: 2·Sq·Sk·D for Q Kᵀ plus 2·Sq·Sk·Dv for P V — 4·Sq·Sk·D per (batch·head) when
 Dv = D, about half of it with ``causal`` (Sq = Sk).
@@ -62,15 +63,15 @@ in the sources (the online softmax notes and the book section on FlashAttention)
 import functools
 import math
 
-import numpy as np
 from numba import cuda, int64
 
 from ...combine import lse_device
-from ...runtime import counters, launcher
+from ...runtime import launcher
 from ..hw import jit
-from . import tileio
+from . import score_mods, tileio
 from . import visible as vis
-from .flash_tiles import GROUP, check_tiles, fit_tiles, layout, shared_bytes, split_rows, stager
+from .flash_tiles import (GROUP, check_tiles, fit_tiles, grid_of, layout, shared_bytes, split_rows,
+                          stager)
 from ..hw.jit import accumulator
 from ..hw.ptx import nan_max
 
@@ -88,10 +89,13 @@ def check_head_dims(d, dv):
 
 
 @functools.cache
-def kernel(dtype, d, dv, block_q, block_k, rows_per_lane=None, width=1, out_dtype=None):
+def kernel(dtype, d, dv, block_q, block_k, rows_per_lane=None, width=1, out_dtype=None,
+           softcap_on=False, alibi_on=False):
     """The forward kernel for one (dtype, D, Dv, Br, Bc, RPL, global vector width, dtype of
-    o — float32 for split partials) — all compile-time.  Returns (kernel, threads)."""
+    o — float32 for split partials, score modifications) — all compile-time.  Returns
+    (kernel, threads)."""
     acc = accumulator(dtype)
+    MODS = softcap_on or alibi_on
     store_o = jit.storer(dtype if out_dtype is None else out_dtype)
     WARPS, RPL = split_rows(block_q, rows_per_lane)
     THREADS = 32 * WARPS
@@ -105,13 +109,18 @@ def kernel(dtype, d, dv, block_q, block_k, rows_per_lane=None, width=1, out_dtyp
     load4, load_v = tileio.shared_load(4), tileio.shared_load(VV)
     store1 = tileio.shared_store(1)
     N_O, N_S, N_A = RPL * NPL, RPL * CPL, 4 * RPL  # register tile sizes
+    setup_mods = score_mods.setup(acc, alibi_on, LOG2E)
+    modify_tile = score_mods.tile_modifier(acc, softcap_on, alibi_on, RPL, CPL, GROUP)
 
     @jit.kernel
     def forward(q, k, v, o, lse, cu_q, cu_k, varlen, n_tiles, scale, kv_chunk, left, right,
                 reverse):
         """q (B, Hq, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv) → o (Z·B, Hq, Sq, Dv),
         lse (Z·B, Hq, Sq); grid (Tr·B·Hq, Z).  ``varlen``: B = 1 and the sequences are
-        cut by cu_q, cu_k (int32, B'+1)."""
+        cut by cu_q, cu_k (int32, B'+1).  With a score modification, ``scale`` is
+        (scale, softcap, slopes)."""
+        if MODS:
+            scale, cap, slopes = scale
         tid = cuda.threadIdx.x
         # bit operations, not // and %: the compiler then knows these are >= 0 and drops
         # the negative-index fix-ups from the shared-memory addresses
@@ -139,6 +148,8 @@ def kernel(dtype, d, dv, block_q, block_k, rows_per_lane=None, width=1, out_dtyp
         row0 = warp * 4 * RPL  # this warp's first row in the tile
         sc, one, zero, ln2 = acc(scale * LOG2E), acc(1.0), acc(0.0), acc(LN2)
         neg_inf = acc(-math.inf)
+        if MODS:  # in base 2, as the scores
+            cap2, slope2 = setup_mods(cap, slopes, b, h)
 
         smem = cuda.shared.array(0, acc)  # Q_i, K_j, V_j, P at the offsets of the layout
         stage_q(smem, L.q0, q, ab, h, q_start + i0, q_start + sq, sc)  # Q_i·scale·log2 e
@@ -180,6 +191,9 @@ def kernel(dtype, d, dv, block_q, block_k, rows_per_lane=None, width=1, out_dtyp
                         for e in range(4):
                             s[i * CPL + jj] += a_frag[4 * i + e] * k_frag[e]
                 dd += 4
+
+            if MODS:  # soft-cap, ALiBi: every score of the tile, before the mask
+                modify_tile(s, i0 + row0 + rg, j0 + cg, shift, cap2, slope2)
 
             # mask: the ragged last tile, and the tiles the band's edge crosses
             if j0 + BC > hi or vis.band_edge(j0, j0 + BC - 1, i0, i_last, shift, left, right):
@@ -255,7 +269,7 @@ def kernel(dtype, d, dv, block_q, block_k, rows_per_lane=None, width=1, out_dtyp
 
 def launch(q, k, v, o, lse, *, causal=False, window=(-1, -1), scale=None, kv_chunk=None,
            cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, stream=0, small=False,
-           block_q=None, block_k=None, rows_per_lane=None):
+           block_q=None, block_k=None, rows_per_lane=None, softcap=0.0, alibi=None):
     """Run on 4-D device arrays q (B, Hq, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv);
     Hq a multiple of Hkv (GQA/MQA).
 
@@ -267,7 +281,8 @@ def launch(q, k, v, o, lse, *, causal=False, window=(-1, -1), scale=None, kv_chu
     with q, k, v, o, lse the (1, H, total, ·) views of packed (total, H, ·) tensors and
     ``max_seqlen_q`` the longest query sequence (it sizes the grid).  Tiles: ``block_q``,
     ``block_k`` (Br, Bc; default :func:`fit_tiles`), ``rows_per_lane`` (RPL).
-    ``small``: the simulator's 2-warp tiles.
+    ``small``: the simulator's 2-warp tiles.  ``softcap`` (> 0: on) and ``alibi`` (float32
+    slopes (1 or B, Hq) on the device, or None): :mod:`.score_mods`.
     """
     n_b, n_h, sq, d = q.shape
     n_kv, sk, dv = k.shape[1], k.shape[2], v.shape[3]
@@ -281,31 +296,9 @@ def launch(q, k, v, o, lse, *, causal=False, window=(-1, -1), scale=None, kv_chu
     check_tiles(d, dv, block_q, block_k, rows_per_lane)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     left, right = vis.bounds(causal, window)
-    splits = 1
-    if kv_chunk is None:
-        kv_chunk = vis.UNBOUNDED
-    else:
-        kv_chunk = int(kv_chunk)
-        if kv_chunk < 1:
-            raise ValueError(f"kv_chunk must be >= 1, got {kv_chunk}")
-        splits = max(1, -(-sk // kv_chunk))
-    if o.shape[0] != splits * n_b or lse.shape[0] != splits * n_b:
-        raise ValueError(f"o and lse need {splits}·{n_b} rows on their first axis for "
-                         f"{splits} splits, got {o.shape[0]} and {lse.shape[0]}")
-    if splits > 65535:
-        raise ValueError(f"at most 65535 key splits per launch, got {splits}")
+    kv_chunk, splits, n_batch, rows, cu_q, cu_k = grid_of(n_b, sq, sk, o, lse, kv_chunk,
+                                                          cu_seqlens_q, cu_seqlens_k, max_seqlen_q)
     varlen = cu_seqlens_q is not None
-    if varlen != (cu_seqlens_k is not None):
-        raise ValueError("cu_seqlens_q and cu_seqlens_k go together")
-    if varlen:
-        if n_b != 1:
-            raise ValueError(f"varlen: q, k, v are (1, H, total, D) views, got batch {n_b}")
-        n_batch = cu_seqlens_q.shape[0] - 1
-        rows = sq if max_seqlen_q is None else int(max_seqlen_q)
-        cu_q, cu_k = cu_seqlens_q, cu_seqlens_k
-    else:
-        n_batch, rows = n_b, sq
-        cu_q = cu_k = counters.placeholder(1, np.int32)
     tiles = -(-rows // block_q)
     blocks = tiles * n_batch * n_h
     if blocks == 0:
@@ -313,7 +306,9 @@ def launch(q, k, v, o, lse, *, causal=False, window=(-1, -1), scale=None, kv_chu
     if blocks > 2**31 - 1:
         raise ValueError(f"{blocks} blocks exceed the grid's 2³¹ − 1")
     width = tileio.global_width([q, k, v], (d, dv))
-    fwd, threads = kernel(q.dtype, d, dv, block_q, block_k, rows_per_lane, width, o.dtype)
+    fwd, threads = kernel(q.dtype, d, dv, block_q, block_k, rows_per_lane, width, o.dtype,
+                          *score_mods.flags(softcap, alibi))
+    scale = score_mods.runtime(scale, softcap, alibi)
     reverse = right < vis.UNBOUNDED and left >= vis.UNBOUNDED  # causal-like: the last tiles see most keys
     launcher.launch(fwd, (blocks, splits), threads, stream,
                     (q, k, v, o, lse, cu_q, cu_k, varlen, tiles, scale, kv_chunk, left, right,

@@ -42,6 +42,7 @@ from ...runtime import counters, launcher
 from ..hw import jit
 from ..hw.jit import LOG2E
 from ..hw.mma import cp_async_commit, cp_async_wait_all, for_dtype
+from . import score_mods
 from .staging import PAD, aligned, stager, up16
 from .tc_fold import fresh, lane_rows, tile_fold, tile_scores
 
@@ -74,11 +75,15 @@ class Tiles:
 
 
 @functools.cache
-def kernel(dtype, out_dtype, d, dv, warps, block_k, stages, vec, min_blocks=None):
+def kernel(dtype, out_dtype, d, dv, warps, block_k, stages, vec, min_blocks=None,
+           softcap_on=False, alibi_on=False):
     """The forward kernel for one configuration (all compile-time; masks, varlen and the
     split are run-time arguments).  ``min_blocks``: ask the compiler to fit that many
-    blocks on a multiprocessor (launch bounds: fewer registers).  Returns (kernel,
+    blocks on a multiprocessor (launch bounds: fewer registers); ``softcap_on``,
+    ``alibi_on``: the score modifications (:mod:`.score_mods`).  Returns (kernel,
     threads per block)."""
+    MODS = softcap_on or alibi_on
+    setup_mods = score_mods.setup(numba.float32, alibi_on, 1.0)
     f32, u32 = numba.float32, numba.uint32
     mma, pack = for_dtype(dtype)
     load, store = jit.loader(dtype), jit.storer(out_dtype)
@@ -91,11 +96,15 @@ def kernel(dtype, out_dtype, d, dv, warps, block_k, stages, vec, min_blocks=None
     stage_v = stager(dtype, THREADS, BC, dv, DVP, VS, vec)
     fold = tile_fold(dtype, NB, NV, KB, BC, KS, VS)
     scores = tile_scores(dtype, NB, KD, KS)
+    modify_frag = score_mods.fragment_modifier(softcap_on, alibi_on, NB)
 
     @jit.kernel(launch_bounds=(THREADS, min_blocks) if min_blocks else None)
     def forward(q, k, v, o, lse, cu_q, cu_k, scale, kv_chunk, left, right):
         """q (B, Hq, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv) → o (Z·B, Hq, Sq, Dv),
-        lse (Z·B, Hq, Sq); grid (B·Hq·Tr, 1, Z).  Varlen: B = 1, S = all rows."""
+        lse (Z·B, Hq, Sq); grid (B·Hq·Tr, 1, Z).  Varlen: B = 1, S = all rows.  With a
+        score modification ``scale`` is (scale, softcap, slopes)."""
+        if MODS:
+            scale, cap, slopes = scale
         warp, lane = cuda.threadIdx.x >> 5, cuda.threadIdx.x & 31
         g, t = lane >> 2, lane & 3  # this lane's place in every fragment (mma.py)
         n_h = q.shape[1]
@@ -132,6 +141,9 @@ def kernel(dtype, out_dtype, d, dv, warps, block_k, stages, vec, min_blocks=None
         sc = f32(abs(scale))
         c2 = sc * f32(LOG2E)  # exp(sc·x) = exp2(c2·x)
         sign = f32(-1.0) if scale < 0 else f32(1.0)  # sc·(sign·Q)Kᵀ = scale·QKᵀ
+        if MODS:  # the scores become modified base-e scores: the fold weighs them unscaled
+            x_sc, sc, c2 = sc, f32(1.0), f32(LOG2E)
+            cap32, slope = setup_mods(cap, slopes, b, h)
 
         # Q_w → A fragments: a0 (row g, cols 2t, 2t+1), a1 (row g+8), a2, a3 (cols + 8)
         row_a = i0 + 16 * warp + g  # this lane's rows: row_a and row_a + 8
@@ -177,6 +189,8 @@ def kernel(dtype, out_dtype, d, dv, warps, block_k, stages, vec, min_blocks=None
                 cp_async_commit()
 
             scores(s, qf, smem, base, k_lane)  # S = Q_w K_jᵀ on tensor cores
+            if MODS:  # soft-cap, ALiBi: before the mask
+                modify_frag(s, x_sc, row_a, j0 + 2 * t, shift, cap32, slope)
 
             # mask: only tiles that cross hi or a window edge, element by element
             if j0 + BC > hi or (left >= 0 and j0 < i0 + 16 * W - 1 + shift - left) \
@@ -243,9 +257,10 @@ def check_head_dims(d, dv):
 
 def launch(q, k, v, o, lse, *, causal=False, window=(-1, -1), scale=None, kv_chunk=None,
            cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, stream=0, small=False,
-           **tile_options):
+           softcap=0.0, alibi=None, **tile_options):
     """Run on 4-D device arrays q (B, Hq, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv),
     all float16 or all uint16 (bfloat16 bits); Hq a multiple of Hkv; 1 ≤ D, Dv ≤ 256.
+    ``softcap``, ``alibi``: as :func:`.attention.launch`.
 
     ``o`` (Z·B, Hq, Sq, Dv; q's dtype, or float32) and ``lse`` (Z·B, Hq, Sq, float32)
     receive the result; Z = 1 unless ``kv_chunk`` cuts the keys into Z = o.shape[0] / B
@@ -290,7 +305,9 @@ def launch(q, k, v, o, lse, *, causal=False, window=(-1, -1), scale=None, kv_chu
     if blocks >= 2**31 or splits > 65535:
         raise ValueError(f"{blocks} blocks and {splits} splits: at most 2**31 - 1 and 65535")
     fwd, threads = kernel(q.dtype, o.dtype, d, dv, tiles.warps, tiles.block_k, tiles.stages,
-                          aligned(k) and aligned(v), tiles.min_blocks)
+                          aligned(k) and aligned(v), tiles.min_blocks,
+                          *score_mods.flags(softcap, alibi))
+    scale = score_mods.runtime(scale, softcap, alibi)
     launcher.launch(fwd, (blocks, 1, splits), threads, stream,
                     (q, k, v, o, lse, cu_q, cu_k, scale, kv_chunk, left, right),
                     shared=tiles.shared)

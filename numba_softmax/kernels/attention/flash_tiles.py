@@ -29,6 +29,8 @@ import functools
 import math
 from typing import NamedTuple
 
+import numpy as np
+
 from numba import cuda
 
 from ...runtime.sim import simulator_enabled
@@ -37,6 +39,8 @@ from ..hw import jit
 from ...runtime import launcher
 from . import tileio
 from ..hw.jit import accumulator
+from ...runtime import counters
+from .visible import UNBOUNDED
 
 GROUP = 8  # lanes that share a query row (the column groups)
 MAX_WARPS = 8
@@ -176,3 +180,31 @@ def stager(dtype, threads, rows, cols, stride, width, batch=8, span=None):
             t += batch * threads
 
     return stage
+
+
+def grid_of(n_b, sq, sk, o, lse, kv_chunk, cu_q, cu_k, max_seqlen_q):
+    """The forward launch's (kv_chunk, splits Z, sequences, rows of the longest, cu_q,
+    cu_k) from its arguments (:func:`.attention.launch`), checked: o and lse need Z·B rows
+    on their first axis; varlen needs both offsets and (1, H, total, ·) views."""
+    splits = 1
+    if kv_chunk is None:
+        kv_chunk = UNBOUNDED
+    else:
+        kv_chunk = int(kv_chunk)
+        if kv_chunk < 1:
+            raise ValueError(f"kv_chunk must be >= 1, got {kv_chunk}")
+        splits = max(1, -(-sk // kv_chunk))
+    if o.shape[0] != splits * n_b or lse.shape[0] != splits * n_b:
+        raise ValueError(f"o and lse need {splits}·{n_b} rows on their first axis for "
+                         f"{splits} splits, got {o.shape[0]} and {lse.shape[0]}")
+    if splits > 65535:
+        raise ValueError(f"at most 65535 key splits per launch, got {splits}")
+    if (cu_q is not None) != (cu_k is not None):
+        raise ValueError("cu_seqlens_q and cu_seqlens_k go together")
+    if cu_q is None:
+        cu_q = cu_k = counters.placeholder(1, np.int32)
+        return kv_chunk, splits, n_b, sq, cu_q, cu_k
+    if n_b != 1:
+        raise ValueError(f"varlen: q, k, v are (1, H, total, D) views, got batch {n_b}")
+    rows = sq if max_seqlen_q is None else int(max_seqlen_q)
+    return kv_chunk, splits, cu_q.shape[0] - 1, rows, cu_q, cu_k

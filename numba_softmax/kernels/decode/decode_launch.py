@@ -178,7 +178,8 @@ def few_rows(q, k):
 
 
 def launch(q, k, v, o, lse, *, num_splits=None, causal=False, window=(-1, -1), scale=None,
-           kv_chunk=None, stream=0, small=False, tiles=None, **tile_options):
+           kv_chunk=None, stream=0, small=False, tiles=None, softcap=0.0, alibi=None,
+           **tile_options):
     """Split-KV attention on 4-D device arrays q (B, Hq, Sq, D), k (B, Hkv, Sk, D),
     v (B, Hkv, Sk, Dv); ``o`` (B, Hq, Sq, Dv) and ``lse`` (B, Hq, Sq, float32) receive the
     merged result.  ``num_splits``: at most that many key ranges (default: chosen from
@@ -187,7 +188,9 @@ def launch(q, k, v, o, lse, *, num_splits=None, causal=False, window=(-1, -1), s
 
     Few query rows per K/V head (≤ 32: decoding, speculative decoding) run a decode
     kernel; more, or tile options, run the forward kernel on key ranges and then the
-    merge kernel (:func:`.merge.split_forward`)."""
+    merge kernel (:func:`.merge.split_forward`) — as do the score modifications
+    (``softcap``, ``alibi``: :mod:`..attention.score_mods`), which the decode kernels
+    do not take."""
     n_b, n_h, sq, d = q.shape
     n_kv, sk, dv = k.shape[1], k.shape[2], v.shape[3]
     if n_kv < 1 or n_h % n_kv or v.shape[1] != n_kv:
@@ -197,9 +200,10 @@ def launch(q, k, v, o, lse, *, num_splits=None, causal=False, window=(-1, -1), s
         raise ValueError(f"head dimensions must be between 1 and {decode.MAX_HEAD_DIM}, "
                          f"got D={d}, Dv={dv}")
     chunks = 0 if kv_chunk is None else -(-sk // max(int(kv_chunk), 1))
-    if not tile_options and few_rows(q, k) and chunks <= MAX_SPLITS:
+    mods = dict(softcap=softcap, alibi=alibi) if softcap or alibi is not None else {}
+    if not tile_options and not mods and few_rows(q, k) and chunks <= MAX_SPLITS:
         return run(q, k, v, o, lse, paged=False, num_splits=num_splits, kv_chunk=kv_chunk,
                    causal=causal, window=window, scale=scale, stream=stream, small=small,
                    tiles=tiles)
     split_forward(q, k, v, o, lse, num_splits=num_splits, kv_chunk=kv_chunk, causal=causal,
-                  window=window, scale=scale, stream=stream, small=small, **tile_options)
+                  window=window, scale=scale, stream=stream, small=small, **mods, **tile_options)

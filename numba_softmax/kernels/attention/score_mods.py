@@ -1,0 +1,118 @@
+"""The two score modifications of the attention kernels, flash-attn's: soft-capping and ALiBi.
+
+    x ← softcap·tanh(x / softcap)          ``softcap`` > 0
+    x ← x − slope·|i + Sk − Sq − j|         ``alibi``: one slope per (sequence, query head)
+
+applied to the scaled score x = scale·q_i·k_j of every key a tile holds, before the mask
+and the online update (NumPy twin: :func:`numba_softmax.reference.scores`).
+
+Each is a compile-time specialisation of the kernel factories (their ``softcap_on``,
+``alibi_on`` arguments): with both off a kernel is the one it was without them — same
+arguments, same code — and with either on, the kernel's scale argument becomes the
+tuple (scale, softcap, slopes) that :func:`runtime` builds, unpacked on entry, so no
+kernel grows an argument it does not use.  The modification itself is
+:func:`modifier`'s device function, which takes the score in whatever base the kernel
+keeps it: the CUDA-core kernels hold base-2 scores (x·log₂e), and
+c·tanh(x / c) and x − s·|δ| in base 2 are the same functions with c and s times log₂e.
+"""
+
+import functools
+import math
+
+import numba
+import numpy as np
+
+from ...runtime import counters
+from ..hw import jit
+
+__all__ = ["modifier", "runtime", "flags", "slope_row", "setup", "tile_modifier",
+           "fragment_modifier", "LOG2E"]
+LOG2E = 1.0 / math.log(2.0)
+
+
+def flags(softcap, alibi):
+    """(softcap_on, alibi_on) of a launch's runtime values: the factories' keys."""
+    return bool(softcap), alibi is not None
+
+
+def runtime(scale, softcap, alibi):
+    """The kernel's scale argument: ``scale`` itself with both options off, else the
+    tuple (scale, softcap, slopes) — slopes a float32 (1 or B, Hq) device array, a
+    one-element placeholder when ALiBi is off (never read then)."""
+    if not softcap and alibi is None:
+        return scale
+    slopes = counters.placeholder(2, np.float32) if alibi is None else alibi
+    return (float(scale), float(softcap), slopes)
+
+
+@jit.device
+def slope_row(slopes, b):
+    """The row of ``slopes`` (1 or B, Hq) for sequence ``b``: one row serves every b."""
+    return b if slopes.shape[0] > 1 else 0
+
+
+@functools.cache
+def modifier(acc, softcap_on, alibi_on):
+    """Device function ``modify(x, cap, slope, dist) -> x'`` in the accumulator type
+    ``acc``: x a scaled score, ``cap`` the soft-cap, ``slope`` the head's slope and
+    ``dist`` = i + Sk − Sq − j (an integer), all in the kernel's base."""
+    one = acc(1.0)
+
+    @jit.device
+    def modify(x, cap, slope, dist):
+        if softcap_on:
+            x = cap * math.tanh(x * (one / cap))
+        if alibi_on:
+            x -= slope * acc(abs(dist))
+        return x
+
+    return modify
+
+
+@functools.cache
+def setup(acc, alibi_on, factor):
+    """Device function ``setup(cap, slopes, b, h) -> (cap, slope)`` of sequence b, head h,
+    in the accumulator type, both times ``factor`` (log₂e for base-2 scores, else 1)."""
+
+    @jit.device
+    def setup_mods(cap, slopes, b, h):
+        slope = acc(slopes[slope_row(slopes, b), h] * factor) if alibi_on else acc(0.0)
+        return acc(cap * factor), slope
+
+    return setup_mods
+
+
+@functools.cache
+def tile_modifier(acc, softcap_on, alibi_on, rpl, cpl, group):
+    """``modify_tile(s, r0, j0, shift, cap2, slope2)`` for the CUDA-core forward's register
+    tile (:mod:`.flash_tiles`: rows r0 + 4·i, i < ``rpl``, keys j0 + ``group``·jj,
+    jj < ``cpl``; base-2 scores): every score of the tile modified in place."""
+    modify = modifier(acc, softcap_on, alibi_on)
+
+    @jit.device
+    def modify_tile(s, r0, j0, shift, cap2, slope2):
+        for i in range(rpl):
+            for jj in range(cpl):
+                t = i * cpl + jj
+                s[t] = modify(s[t], cap2, slope2, r0 + 4 * i + shift - (j0 + group * jj))
+
+    return modify_tile
+
+
+@functools.cache
+def fragment_modifier(softcap_on, alibi_on, nb):
+    """``modify_frag(s, sc, row, key0, shift, cap, slope)`` for an ``mma`` accumulator tile
+    of unscaled scores (:mod:`.tc_fold`: ``nb`` column blocks × 4; the lane's rows row and
+    row + 8, keys key0 + 8·n + e): each becomes the modified base-e score of sc·s."""
+    f32 = numba.float32
+    modify = modifier(f32, softcap_on, alibi_on)
+
+    @jit.device
+    def modify_frag(s, sc, row, key0, shift, cap, slope):
+        for rr in range(2):
+            for n in range(nb):
+                for e in range(2):
+                    x = s[n, 2 * rr + e] * sc
+                    s[n, 2 * rr + e] = modify(x, cap, slope, row + 8 * rr + shift - (key0 + 8 * n + e))
+
+    return modify_frag
