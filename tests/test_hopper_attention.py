@@ -6,7 +6,7 @@ import pytest
 from numba import cuda
 
 from numba_softmax import reference as R
-from numba_softmax.kernels.attention import hopper
+from numba_softmax.kernels.attention import hopper, hopper_ws
 from numba_softmax.runtime.sim import simulator_enabled
 
 from _attention_data import BF16, F16, F32, check, fresh, poisoned, random, values
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(not _hopper(), reason="wgmma needs sm_90 (or the
 
 
 def run(rng, b, hq, hkv, sq, sk, d, dv, dtype, causal, scale=None, out_dtype=None,
-        ragged=False, v_n_major=False):
+        ragged=False, v_n_major=False, launch=None):
     q = random(rng, (b, hq, sq, d), dtype)
     k = random(rng, (b, hkv, sk, d + ragged), dtype)  # ragged: rows of d + 1 values, not
     # 16-byte aligned, so the kernel reads them value by value
@@ -35,7 +35,10 @@ def run(rng, b, hq, hkv, sq, sk, d, dv, dtype, causal, scale=None, out_dtype=Non
     o, lse = poisoned((b, hq, sq, dv), out_dtype), poisoned((b, hq, sq), F32)
     dq, dk, dvv = cuda.to_device(q), cuda.to_device(k)[..., :d], cuda.to_device(v)
     k = k[..., :d]
-    hopper.launch(dq, dk, dvv, o, lse, causal=causal, scale=scale, v_n_major=v_n_major)
+    if launch is None:
+        hopper.launch(dq, dk, dvv, o, lse, causal=causal, scale=scale, v_n_major=v_n_major)
+    else:
+        launch(dq, dk, dvv, o, lse, causal=causal, scale=scale)
     want_o, want_lse = R.attention(values(q), values(k), values(v), causal=causal, scale=scale,
                                    return_lse=True)
     lse = lse.copy_to_host()
@@ -62,7 +65,21 @@ def test_matches_the_reference(case, dtype):
 def test_v_read_n_major(dv):
     """V_j stored as it lies in memory, the second product reading it N-major."""
     rng, _ = fresh()
-    run(rng, 1, 2, 1, *sized((20, 70), (300, 517)), 64, dv, F16, True, v_n_major=True)
+    run(rng, 1, 1, 1, *sized((16, 70), (300, 517)), 64, dv, F16, True, v_n_major=True)
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("case", sized(
+    [(1, 2, 1, 20, 150, 64, 64, False, None),   # 3 key tiles: the two stages reused
+     (1, 1, 1, 70, 60, 128, 64, True, -0.2)],   # Sq > Sk causal: empty rows; D 128
+    [(2, 8, 2, 300, 517, 64, 64, False, None), (1, 4, 4, 517, 300, 128, 128, True, None),
+     (2, 4, 1, 64, 2048, 128, 64, True, -0.1), (1, 2, 2, 1, 1000, 64, 128, False, None)]),
+    ids=lambda c: "b{}-h{}-{}-sq{}-sk{}-d{}-{}{}".format(*c[:7], "-causal" if c[7] else ""))
+def test_warp_specialized_h2(case, dtype):
+    """h2: the same fold fed by TMA through two stages by a producer warp."""
+    rng, _ = fresh()
+    *shape, scale = case
+    run(rng, *shape[:7], dtype, shape[7], scale=scale, launch=hopper_ws.launch)
 
 
 def test_negative_scale_float32_output_and_rows_read_value_by_value():

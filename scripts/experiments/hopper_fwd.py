@@ -1,10 +1,11 @@
 #!/usr/bin/env python
-"""h1, the wgmma attention forward, beside the package's mma.sync kernel and PyTorch's SDPA.
+"""h1 and h2, the wgmma attention forwards, beside the package's mma.sync kernel and SDPA.
 
     python scripts/experiments/hopper_fwd.py [--out FILE]
 
-Needs an sm_90 GPU and PyTorch.  Checks h1 against SDPA (float32 math) at each shape
-first, then times the three: kernel time behind a sleeping kernel (``_timing.kernel_ms``:
+Needs an sm_90 GPU and PyTorch.  Checks h1 (threads copy the tiles), h1 reading V
+N-major, and h2 (TMA, two stages, a producer warp) against SDPA (float32 math) at each
+shape first, then times them with the mma.sync kernel and SDPA: kernel time behind a sleeping kernel (``_timing.kernel_ms``:
 CUDA events, 20 calls a round, the median of 5 rounds); FLOPs 4·B·H·Sq·Sk·D (half with
 causal).
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 import torch
 from numba import cuda
 
-from numba_softmax.kernels.attention import attention_tc, hopper
+from numba_softmax.kernels.attention import attention_tc, hopper, hopper_ws
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import kernel_ms  # noqa: E402
@@ -30,39 +31,48 @@ def main():
     p.add_argument("--out", help="also write the table here")
     args = p.parse_args()
     dev = torch.cuda.get_device_name()
-    lines = [f"h1 (wgmma) beside attention_tc (mma.sync) and SDPA, fp16, on {dev}",
-             f"{'B':>2} {'H':>3} {'S':>5} {'D':>4} {'causal':>6}  {'max|h1-sdpa|':>12} "
-             f"{'h1 ms':>8} {'TF/s':>6} {'tc ms':>8} {'TF/s':>6} {'sdpa ms':>8} {'TF/s':>6}"]
-    print(lines[0])
+    names = ("h1", "h1 V N-major", "h2", "mma.sync", "SDPA")
+    lines = [f"fp16 attention forward on {dev}: ms and TFLOP/s (4·B·H·S²·D, half causal); "
+             "err: max |O − SDPA in float32|",
+             f"{'B':>2} {'H':>3} {'S':>5} {'D':>4} {'causal':>6} "
+             + " ".join(f"{n:>14}" for n in names) + "   err h1 / h1N / h2"]
+    print("\n".join(lines))
     torch.manual_seed(0)
     for b, h, s, d, causal in SHAPES:
         q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.float16) for _ in range(3))
-        o = torch.empty_like(q)
         lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
-        nq, nk, nv, no, nl = (cuda.as_cuda_array(t) for t in (q, k, v, o, lse))
+        outs = [torch.empty_like(q) for _ in range(4)]
+        nq, nk, nv, nl = (cuda.as_cuda_array(t) for t in (q, k, v, lse))
+        no = [cuda.as_cuda_array(t) for t in outs]
         stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
-
-        def run_h1(_):
-            hopper.launch(nq, nk, nv, no, nl, causal=causal, stream=stream)
-
-        def run_tc(_):
-            attention_tc.launch(nq, nk, nv, no, nl, causal=causal, stream=stream)
-
-        def run_sdpa(_):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-        run_h1(0)
-        torch.cuda.synchronize()
+        runs = [lambda _: hopper.launch(nq, nk, nv, no[0], nl, causal=causal, stream=stream),
+                lambda _: hopper.launch(nq, nk, nv, no[1], nl, causal=causal, stream=stream,
+                                        v_n_major=True),
+                lambda _: hopper_ws.launch(nq, nk, nv, no[2], nl, causal=causal, stream=stream),
+                lambda _: attention_tc.launch(nq, nk, nv, no[3], nl, causal=causal, stream=stream),
+                lambda _: torch.nn.functional.scaled_dot_product_attention(q, k, v,
+                                                                           is_causal=causal)]
+        errs = []
         ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(),
                                                                is_causal=causal)
-        err = (o.float() - ref).abs().max().item()
+        for i in range(3):
+            try:
+                runs[i](0)
+                torch.cuda.synchronize()
+                errs.append(f"{(outs[i].float() - ref).abs().max().item():.1e}")
+            except Exception as e:  # a kernel that fails here is reported, not timed
+                errs.append(f"{type(e).__name__}")
+                runs[i] = None
         flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
-        row = []
-        for fn in (run_h1, run_tc, run_sdpa):
+        cells = []
+        for fn in runs:
+            if fn is None:
+                cells.append(f"{'—':>14}")
+                continue
             ms = kernel_ms(fn, 1)
-            row += [ms, flops / ms / 1e9]
-        line = (f"{b:>2} {h:>3} {s:>5} {d:>4} {str(causal):>6}  {err:>12.2e} "
-                + " ".join(f"{row[i]:>8.3f} {row[i + 1]:>6.1f}" for i in (0, 2, 4)))
+            cells.append(f"{ms:>7.3f} {flops / ms / 1e9:>6.1f}")
+        line = f"{b:>2} {h:>3} {s:>5} {d:>4} {str(causal):>6} " + " ".join(cells) \
+            + "   " + " / ".join(errs)
         print(line, flush=True)
         lines.append(line)
     if args.out:

@@ -9,6 +9,8 @@
 ``tc_fold``       one key tile folded into a warp's rows on tensor cores
 ``staging``       ``cp.async`` staging of K / V tiles for the tensor-core kernels
 ``merge``         the (O, LSE) merge of partial results: key ranges of one query row
-``hopper``        h1 — on Hopper's warpgroup MMA (``wgmma``): Q, K, Vᵀ in swizzled shared
+``hopper``        h1 — on Hopper's warpgroup MMA (``wgmma``): Q, K, V in swizzled shared
                   memory, P from registers; the first step towards FlashAttention-3
+``hopper_fold``   one key tile folded into a warpgroup's rows on ``wgmma`` (h1, h2)
+``hopper_ws``     h2 — h1 fed by TMA through a ring of mbarriers by a producer warp
 """

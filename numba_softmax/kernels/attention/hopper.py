@@ -21,12 +21,10 @@ the tensor cores themselves::
 
 Why it departs from a2: a warpgroup's product is 4× a warp's, and the tensor cores read K
 and V straight from shared memory (no ``ldmatrix`` into registers first), so S for 64 rows
-× 64 keys is D/16 instructions instead of a warp's 4·D/16 ``mma`` per 16 rows.  What it
-does not do yet, and FlashAttention-3 does: K and V arrive by TMA (:mod:`..hw.tma`) into
-several buffers while a producer warp waits on ``mbarrier``\\ s, and two consumer
-warpgroups overlap one's softmax with the other's products.  Here the block's threads
-copy each tile themselves, 16 bytes a load (V transposed on the way, value by value),
-between barriers.
+× 64 keys is D/16 instructions instead of a warp's 4·D/16 ``mma`` per 16 rows.  Here the
+block's threads copy each tile themselves, 16 bytes a load (V transposed on the way, value
+by value, unless ``v_n_major``), between barriers; h2 (:mod:`.hopper_ws`) has the copy
+engine do it, fed by a producer warp.  The fold of a tile is :mod:`.hopper_fold`.
 
 Masks: causal, bottom-right aligned (query i sees keys j ≤ i + Sk − Sq); keys past Sk are
 zero-filled in shared memory and masked.  GQA: query head h reads K/V head h // (Hq/Hkv).
@@ -41,18 +39,15 @@ import math
 import numpy as np
 from numba import cuda, float32, uint16, uint32
 
-from ...combine import lse_device, weight_device
 from ...runtime import launcher
 from ..hw import jit, vector, wgmma
 from ..hw.jit import LOG2E
-from ..hw.mma import for_dtype, max_nan
 from ..hw.tma import fence_proxy_async
+from . import hopper_fold
 from .staging import aligned
 
-FULL = 0xFFFFFFFF
 BM, BN, THREADS = 64, 64, 128  # query rows a block (one warpgroup), keys a tile
 HEAD_DIMS = (64, 128)
-SW = wgmma.SWIZZLE_128B
 ALIGN = wgmma.TILE_ALIGN  # (a module global: Numba takes it as the constant it must be)
 
 
@@ -63,16 +58,11 @@ def kernel(kind, out_dtype, d, dv, vec=1, v_n_major=False):
     ``vec`` 8: q, k, v are read 16 bytes at a time (:func:`.staging.aligned`), else 1;
     ``v_n_major``: V_j is stored as it lies in memory and read N-major by the second
     product (``trans_b``), instead of transposed on the way into shared memory."""
-    _, pack = for_dtype(np.float16 if kind == "f16" else np.uint16)
-    store = jit.storer(out_dtype)
     load = vector.io(vec)[0]
     QV, KV, VV = d // vec, d // vec, dv // vec  # vectors a row
-    mma_s, wait = wgmma.wgmma_ss(BN, kind), wgmma.wgmma_wait(0)
-    mma_o = wgmma.wgmma_rs(dv, kind, v_n_major)
-    # V_j's descriptor: transposed (K-major), 8-row groups 1024 bytes apart, k16 steps 32
-    # bytes on; N-major, 64-column blocks BN·128 bytes apart, k16 steps 16 rows = 2048 on
-    V_LBO, V_STEP = (BN * 128, 2048) if v_n_major else (16, 32)
-    KS, NS, NO, KP = d // 16, BN // 2, dv // 2, BN // 16  # k-steps; S, O registers; P's k-steps
+    scores, accumulate = hopper_fold.products(kind, d, dv, BN, BM, v_n_major)
+    update, done = hopper_fold.online(kind, dv, BN), hopper_fold.finish(out_dtype, dv)
+    NS, NO, KP = BN // 2, dv // 2, BN // 16  # S, O registers a lane; P's k16 steps
     Q_CHUNK, K_CHUNK = BM * 64, BN * 64  # uint16 values in one 64-wide swizzled chunk
     Q_SIZE, K_SIZE, V_SIZE = BM * d, BN * d, dv * BN
 
@@ -91,7 +81,6 @@ def kernel(kind, out_dtype, d, dv, vec=1, v_n_major=False):
         i0, shift = tile * BM, sk - sq  # query i sees keys j < i + shift + 1 when causal
         hi = min(sk, i0 + BM + shift) if causal else sk  # keys the block's rows can see
         n_tiles = (hi + BN - 1) // BN if hi > 0 else 0
-        zero, neg_inf = float32(0.0), float32(-math.inf)
         sc = float32(abs(scale))
         c2 = sc * float32(LOG2E)  # exp(sc·x) = exp2(c2·x)
         flip = uint16(0x8000) if scale < 0 else uint16(0)  # scale·QKᵀ = sc·(−Q)Kᵀ
@@ -117,9 +106,9 @@ def kernel(kind, out_dtype, d, dv, vec=1, v_n_major=False):
         acc = cuda.local.array(NO, float32)  # O, laid out as S with Dv columns
         pf = cuda.local.array((KP, 4), uint32)  # P as A fragments, one per 16 keys
         for rr in range(2):
-            m[rr], l[rr] = neg_inf, zero
+            m[rr], l[rr] = -math.inf, 0.0
         for j in range(NO):
-            acc[j] = zero
+            acc[j] = 0.0
 
         for it in range(n_tiles):
             j0 = it * BN
@@ -144,75 +133,11 @@ def kernel(kind, out_dtype, d, dv, vec=1, v_n_major=False):
             fence_proxy_async()  # this thread's stores, ordered before the tensor cores' reads
             cuda.syncthreads()  # every thread's stores are in (and Q's, the first time)
 
-            # S = Q K_jᵀ: D/16 k-steps, 4 to a 64-wide chunk, one group
-            wgmma.wgmma_fence()  # the accumulators were last written by ordinary code
-            for st in range(KS):
-                da = wgmma.advance(wgmma.descriptor(sq_s, (st >> 2) * Q_CHUNK, 16, 1024, SW),
-                                   32 * (st & 3))
-                db = wgmma.advance(wgmma.descriptor(sk_s, (st >> 2) * K_CHUNK, 16, 1024, SW),
-                                   32 * (st & 3))
-                mma_s(s, da, db, 1 if st > 0 else 0)
-            wgmma.wgmma_commit()
-            wait()
+            scores(s, sq_s, 0, sk_s, 0)  # S = Q K_jᵀ
+            update(s, m, l, acc, pf, j0, i0 + 16 * warp + g, hi, causal, sk, shift, sc, c2, t)
+            accumulate(acc, pf, sv_s, 0)  # O += P V_j
 
-            # the online update of (m, ℓ, O) for the lane's two rows
-            for rr in range(2):
-                lim = hi  # keys < lim are visible to this row
-                if causal:
-                    lim = min(sk, i0 + 16 * warp + g + 8 * rr + shift + 1)
-                if j0 + BN > lim:  # a tile crossing the row's edge: mask element by element
-                    for j in range(BN // 8):
-                        for e in range(2):
-                            if j0 + 8 * j + 2 * t + e >= lim:
-                                s[4 * j + 2 * rr + e] = neg_inf
-                mx = s[2 * rr]
-                for j in range(BN // 8):
-                    for e in range(2):
-                        mx = max_nan(s[4 * j + 2 * rr + e], mx)
-                mx = max_nan(cuda.shfl_xor_sync(FULL, mx, 1), mx)  # the quad: 4 lanes
-                mx = max_nan(cuda.shfl_xor_sync(FULL, mx, 2), mx)  # hold a row
-                m_new = max_nan(mx, m[rr])
-                alpha = weight_device(m[rr] * sc, m_new * sc)  # 0 from −inf
-                mc = zero if m_new == neg_inf else m_new * c2  # (every s −inf: P = 0)
-                part = zero
-                for j in range(BN // 8):
-                    for e in range(2):
-                        p = math.exp2(s[4 * j + 2 * rr + e] * c2 - mc)
-                        s[4 * j + 2 * rr + e] = p
-                        part += p
-                l[rr] = alpha * l[rr] + part
-                m[rr] = m_new
-                for j in range(dv // 8):
-                    acc[4 * j + 2 * rr] *= alpha
-                    acc[4 * j + 2 * rr + 1] *= alpha
-
-            # P → A fragments: keys 16kk … 16kk+15 are accumulator blocks 2kk and 2kk+1
-            for kk in range(KP):
-                for r in range(4):
-                    n = 2 * kk + (r >> 1)
-                    pf[kk, r] = pack(s[4 * n + 2 * (r & 1)], s[4 * n + 2 * (r & 1) + 1])
-            # O += P V_j: 4 k-steps over the tile's keys, B = V_jᵀ (Dv rows of 64 keys)
-            wgmma.wgmma_fence()
-            for kk in range(KP):
-                dv_desc = wgmma.advance(wgmma.descriptor(sv_s, 0, V_LBO, 1024, SW), V_STEP * kk)
-                mma_o(acc, pf, kk, dv_desc, 1)
-            wgmma.wgmma_commit()
-            wait()
-
-        # O / ℓ once; ℓ = 0: the row saw no key → O = 0, chosen (its O may hold 0·NaN)
-        for rr in range(2):
-            lt = l[rr]
-            lt += cuda.shfl_xor_sync(FULL, lt, 1)
-            lt += cuda.shfl_xor_sync(FULL, lt, 2)
-            row = i0 + 16 * warp + g + 8 * rr
-            if row < sq:
-                inv = float32(1.0) / lt if lt != zero else zero
-                for j in range(dv // 8):
-                    for e in range(2):
-                        x = acc[4 * j + 2 * rr + e] * inv if lt != zero else zero
-                        o[b, h, row, 8 * j + 2 * t + e] = store(x)
-                if t == 0:
-                    lse[b, h, row] = lse_device(m[rr] * sc, lt)
+        done(o, lse, b, h, i0 + 16 * warp + g, sq, m, l, acc, sc, t)
 
     return forward
 

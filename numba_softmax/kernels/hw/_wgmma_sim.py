@@ -38,6 +38,11 @@ def descriptor(smem, i, lbo, sbo, layout):
     return Descriptor(encode(2 * int(i), lbo, sbo, layout), smem)
 
 
+def address(smem, i):
+    """smem[i]'s byte address: the simulator's shared arrays stand for 1024-byte aligned ones."""
+    return 2 * int(i)
+
+
 def advance(desc, nbytes):
     return desc + (int(nbytes) >> 4)
 

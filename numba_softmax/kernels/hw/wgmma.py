@@ -63,6 +63,8 @@ a k16 step is 16 rows, 2048 bytes further.
 The names (``c`` is a ``cuda.local.array(N // 2, float32)``; see ``example_kernel``)::
 
     descriptor(smem, i, lbo, sbo, layout)  uint64 for the tile at uint16 smem[i]
+    address(smem, i)                       the shared-memory byte address of smem[i]
+                                           (to align a dynamic array's tiles to 1024)
     encode(address, lbo, sbo, layout)      the same from a byte address (host and device)
     advance(desc, nbytes)                  the descriptor nbytes further (nbytes % 16 == 0)
     swizzle(addr) / swizzle128(r, k)       the 128-byte swizzle; the uint16 index of (r, k)
@@ -112,6 +114,7 @@ def _swizzle128(r, k):
 
 if simulator_enabled():
     from ._wgmma_sim import (  # noqa: F401
+        address,
         advance,
         descriptor,
         setmaxnreg_dec,
@@ -140,6 +143,8 @@ else:
             return shared_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
 
         return types.uint32(smem, i), codegen
+
+    address = _smem_address
 
     @device
     def descriptor(smem, i, lbo, sbo, layout):

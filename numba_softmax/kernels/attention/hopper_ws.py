@@ -1,0 +1,187 @@
+"""h2 — h1 fed the way Hopper moves data: TMA, a ring of mbarriers, a producer warp.
+
+h1 (:mod:`.hopper`) copies every tile with the block's own threads between two barriers,
+so the tensor cores wait for the copies and the copies for the tensor cores.  Here one
+warp does nothing but ask the copy engine (:mod:`..hw.tma`) for tiles, into two stages
+of shared memory, while the warpgroup computes on the other — FlashAttention-3's warp
+specialization, with one consumer warpgroup::
+
+    warps 0–3  consumers (one warpgroup, 64 query rows): wait until stage j mod 2 is
+               full, fold K_j, V_j into (m, ℓ, O) as h1 does (:mod:`.hopper_fold`), then
+               arrive on the stage's "empty" barrier: done reading it
+    warp 4     producer, lane 0: Q once; then for each tile j, wait until its stage is
+               empty (the consumers released tile j − 2), expect its bytes on the stage's
+               "full" barrier and start the TMA loads of K_j and V_j into it
+
+    barriers   full[s]: 1 arrival (the producer's expect) + the tile's bytes landing
+               empty[s]: 128 arrivals (every consumer thread)      q: Q's bytes
+    phases     the n-th use of stage s completes phase n mod 2: a waiter passes parity
+               (j div 2) mod 2 for tile j
+
+TMA lands a tile as it lies in memory, 128-byte swizzled: Q and K_j are the K-major
+operands of S = Q K_jᵀ, and V_j is read N-major by O += P V_j (``trans_b``).  The loads
+use 3-D tensor maps over (B·H, S, D), one plane a (batch, head): rows past a sequence's
+end arrive as zeros.  What FlashAttention-3 adds beyond this: two consumer warpgroups
+taking turns (one's softmax under the other's products), ``setmaxnreg`` moving registers
+from the producer to the consumers, and the softmax of tile j under the products of tile
+j + 1 inside one warpgroup.
+
+Needs: q, k, v C-contiguous, D and Dv 64 or 128, fp16 or bf16.  Sources: Shah et al.,
+FlashAttention-3 (2024), sections 3.1 (warp specialization, the producer/consumer ring).
+"""
+
+import functools
+import math
+
+import numpy as np
+from numba import cuda, float32, uint16, uint32, uint64
+
+from ...runtime import launcher
+from ..hw import jit, tma, wgmma
+from ..hw.jit import LOG2E
+from . import hopper_fold
+
+BM = BN = 64  # query rows (one warpgroup), keys a tile
+STAGES, THREADS, CONSUMERS = 2, 160, 128
+N_BARS = 2 * STAGES + 1  # full and empty of each stage, and Q's
+HEAD_DIMS = (64, 128)
+
+
+@functools.cache
+def kernel(kind, out_dtype, d, dv):
+    """The warp-specialized forward for fp16 (``kind`` "f16") or bf16 ("bf16") tiles,
+    output ``out_dtype``.  Returns (kernel, bytes of dynamic shared memory)."""
+    scores, accumulate = hopper_fold.products(kind, d, dv, BN, BM, True)
+    update, done = hopper_fold.online(kind, dv, BN), hopper_fold.finish(out_dtype, dv)
+    NS, NO, KP = BN // 2, dv // 2, BN // 16
+    CHUNK = 64 * 64  # uint16 values in one 64-row, 64-wide swizzled box
+    Q_ELEMS, K_ELEMS, V_ELEMS = BM * d, BN * d, BN * dv
+    STAGE = K_ELEMS + V_ELEMS
+    TILE_BYTES = 2 * STAGE
+    FULL_0, EMPTY_0, Q_BAR = 0, STAGES, 2 * STAGES  # the barriers' slots
+
+    @jit.kernel
+    def forward(tq, tk, tv, o, lse, n_kv, sk, scale, causal):
+        """tq, tk, tv: tensor maps of q, k, v as (B·H, S, D); o (B, Hq, Sq, Dv), lse
+        (B, Hq, Sq); grid B·Hq·⌈Sq/64⌉ blocks of 160 threads."""
+        tid = cuda.threadIdx.x
+        warp, lane = tid >> 5, tid & 31
+        g, t = lane >> 2, lane & 3
+        n_h, sq = o.shape[1], o.shape[2]
+        n_tq = (sq + BM - 1) // BM
+        bh, tile = cuda.blockIdx.x // n_tq, cuda.blockIdx.x % n_tq
+        b, h = bh // n_h, bh % n_h
+        hk = h // (n_h // n_kv)  # GQA: the K/V head this query head reads
+        i0, shift = tile * BM, sk - sq
+        hi = min(sk, i0 + BM + shift) if causal else sk  # keys the block's rows can see
+        n_tiles = (hi + BN - 1) // BN if hi > 0 else 0
+
+        smem = cuda.shared.array(0, uint16)  # Q, then STAGES × (K_j, V_j)
+        bar = cuda.shared.array(N_BARS, uint64)
+        # the swizzle reads absolute addresses: every tile starts on a 1024-byte boundary
+        q_at = ((1024 - (wgmma.address(smem, 0) & 1023)) & 1023) >> 1
+        if tid == 0:
+            for st in range(STAGES):
+                tma.mbarrier_init(bar, FULL_0 + st, 1)
+                tma.mbarrier_init(bar, EMPTY_0 + st, CONSUMERS)
+            tma.mbarrier_init(bar, Q_BAR, 1)
+        cuda.syncthreads()  # the barriers exist before anyone arrives on or waits for them
+
+        if warp == 4:  # the producer: one lane issues every load
+            if lane == 0 and n_tiles > 0:
+                tma.tensormap_acquire(tq)  # the maps were written by the host, through
+                tma.tensormap_acquire(tk)  # another proxy than the copy engine's
+                tma.tensormap_acquire(tv)
+                tma.arrive_expect_tx(bar, Q_BAR, Q_ELEMS * 2)
+                for c in range(d // 64):
+                    tma.tma_load_3d(smem, q_at + c * CHUNK, tq, 64 * c, i0, b * n_h + h, bar,
+                                    Q_BAR)
+                for it in range(n_tiles):
+                    st = it % STAGES
+                    if it >= STAGES:  # the consumers are done with tile it − STAGES
+                        tma.wait(bar, EMPTY_0 + st, ((it // STAGES) - 1) & 1)
+                    at = q_at + Q_ELEMS + st * STAGE
+                    tma.arrive_expect_tx(bar, FULL_0 + st, TILE_BYTES)
+                    plane = b * n_kv + hk
+                    for c in range(d // 64):
+                        tma.tma_load_3d(smem, at + c * CHUNK, tk, 64 * c, it * BN, plane, bar,
+                                        FULL_0 + st)
+                    for c in range(dv // 64):
+                        tma.tma_load_3d(smem, at + K_ELEMS + c * CHUNK, tv, 64 * c, it * BN,
+                                        plane, bar, FULL_0 + st)
+                last = n_tiles - 1  # stay until the last tile is read: its loads are ours
+                tma.wait(bar, EMPTY_0 + last % STAGES, (last // STAGES) & 1)
+            return
+
+        # the consumer warpgroup
+        sc = float32(abs(scale))
+        c2 = sc * float32(LOG2E)
+        m = cuda.local.array(2, float32)
+        l = cuda.local.array(2, float32)
+        s = cuda.local.array(NS, float32)
+        acc = cuda.local.array(NO, float32)
+        pf = cuda.local.array((KP, 4), uint32)
+        for rr in range(2):
+            m[rr], l[rr] = -math.inf, 0.0
+        for j in range(NO):
+            acc[j] = 0.0
+        row = i0 + 16 * warp + g
+        if n_tiles > 0:
+            tma.wait(bar, Q_BAR, 0)  # Q has landed
+        for it in range(n_tiles):
+            st = it % STAGES
+            at = q_at + Q_ELEMS + st * STAGE
+            tma.wait(bar, FULL_0 + st, (it // STAGES) & 1)  # K_j and V_j have landed
+            scores(s, smem, q_at, smem, at)  # S = Q K_jᵀ
+            if scale < 0:  # scale·QKᵀ = sc·(−QKᵀ)
+                for j in range(NS):
+                    s[j] = -s[j]
+            update(s, m, l, acc, pf, it * BN, row, hi, causal, sk, shift, sc, c2, t)
+            accumulate(acc, pf, smem, at + K_ELEMS)  # O += P V_j
+            tma.arrive(bar, EMPTY_0 + st)  # this thread's wgmmas have read the stage
+        done(o, lse, b, h, row, sq, m, l, acc, sc, t)
+
+    return forward, 2 * (Q_ELEMS + STAGES * STAGE) + 1024
+
+
+def _map(a, rows):
+    """The device tensor map of a (B, H, S, D) C-contiguous array as (B·H, S, D)."""
+    n_b, n_h, s, d = a.shape
+    return cuda.to_device(tma.encode_tiled(a.reshape(n_b * n_h, s, d), rows, 64,
+                                           tma.SWIZZLE_128B))
+
+
+def launch(q, k, v, o, lse, *, causal=False, scale=None, stream=0):
+    """Run on C-contiguous 4-D device arrays q (B, Hq, Sq, D), k (B, Hkv, Sk, D),
+    v (B, Hkv, Sk, Dv), all float16 or all uint16 (bfloat16 bits), Hq a multiple of Hkv,
+    D and Dv 64 or 128; ``o`` (B, Hq, Sq, Dv: q's dtype or float32) and ``lse``
+    (B, Hq, Sq, float32) receive the result.  Needs sm_90 (or the simulator)."""
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(f"q, k, v must be 4-D, got {q.shape}, {k.shape}, {v.shape}")
+    n_b, n_h, sq, d = q.shape
+    _, n_kv, sk, dv = v.shape
+    if k.shape != (n_b, n_kv, sk, d) or v.shape[0] != n_b or n_kv < 1 or n_h % n_kv:
+        raise ValueError(f"incompatible shapes q {q.shape}, k {k.shape}, v {v.shape}")
+    if d not in HEAD_DIMS or dv not in HEAD_DIMS:
+        raise ValueError(f"D and Dv must be 64 or 128, got {d} and {dv}")
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (np.float16, np.uint16):
+        raise TypeError(f"q, k, v must all be float16 or all uint16 (bfloat16 bits), got "
+                        f"{q.dtype}, {k.dtype}, {v.dtype}")
+    if not all(a.flags["C_CONTIGUOUS"] for a in (q, k, v)):
+        raise ValueError("q, k, v must be C-contiguous (their tensor maps see (B·H, S, D))")
+    if o.shape != (n_b, n_h, sq, dv) or o.dtype not in (q.dtype, np.float32) \
+            or lse.shape != (n_b, n_h, sq) or lse.dtype != np.float32:
+        raise ValueError(f"o must be {(n_b, n_h, sq, dv)} of {q.dtype} or float32 and lse "
+                         f"{(n_b, n_h, sq)} float32, got {o.shape} {o.dtype}, {lse.shape} "
+                         f"{lse.dtype}")
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    if not (math.isfinite(scale) and scale != 0.0):
+        raise ValueError(f"scale must be finite and nonzero, got {scale}")
+    blocks = n_b * n_h * -(-sq // BM)
+    if blocks == 0:
+        return
+    kind = "f16" if q.dtype == np.float16 else "bf16"
+    fwd, shared = kernel(kind, o.dtype, d, dv)
+    maps = [_map(a, 64) for a in (q, k, v)]
+    launcher.launch(fwd, (blocks,), THREADS, stream,
+                    (*maps, o, lse, n_kv, sk, scale, bool(causal)), shared=shared)
