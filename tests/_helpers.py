@@ -67,3 +67,15 @@ def to_host(y):
     import cupy
 
     return cupy.asnumpy(y)
+
+
+def hopper_or_simulator():
+    """Whether wgmma and TMA kernels run here: on an sm_90 GPU, or as the simulator's twins."""
+    if SIMULATOR:
+        return True
+    from numba import cuda
+
+    try:
+        return cuda.get_current_device().compute_capability >= (9, 0)
+    except Exception:  # no GPU at all
+        return False

@@ -1,5 +1,6 @@
-"""h1, the wgmma attention forward (kernels/attention/hopper.py), against the float64
-reference: on an sm_90 GPU, and on the simulator (its wgmma twin) at one or two tiles."""
+"""h1 and h2, the wgmma attention forwards (kernels/attention/hopper.py, hopper_ws.py),
+against the float64 reference: on an sm_90 GPU, and on the simulator (its wgmma and TMA
+twins) at one or two tiles."""
 
 import numpy as np
 import pytest
@@ -7,22 +8,11 @@ from numba import cuda
 
 from numba_softmax import reference as R
 from numba_softmax.kernels.attention import hopper, hopper_ws
-from numba_softmax.runtime.sim import simulator_enabled
 
 from _attention_data import BF16, F16, F32, check, fresh, poisoned, random, values
-from _helpers import sized
+from _helpers import hopper_or_simulator, sized
 
-
-def _hopper():
-    if simulator_enabled():
-        return True
-    try:
-        return cuda.get_current_device().compute_capability >= (9, 0)
-    except Exception:  # no GPU at all
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _hopper(), reason="wgmma needs sm_90 (or the simulator)")
+pytestmark = pytest.mark.skipif(not hopper_or_simulator(), reason="wgmma needs sm_90 (or the simulator)")
 
 
 def run(rng, b, hq, hkv, sq, sk, d, dv, dtype, causal, scale=None, out_dtype=None,

@@ -9,19 +9,11 @@ from numba import cuda, float32, uint16, uint32
 from numba_softmax.kernels.hw import tma, wgmma
 from numba_softmax.runtime.sim import simulator_enabled
 
+from _helpers import hopper_or_simulator
+
 sim_only = pytest.mark.skipif(not simulator_enabled(), reason="simulator twins")
-
-
-def _hopper():
-    if simulator_enabled():
-        return True
-    try:
-        return cuda.get_current_device().compute_capability >= (9, 0)
-    except Exception:  # no GPU at all
-        return False
-
-
-hopper = pytest.mark.skipif(not _hopper(), reason="wgmma and TMA need sm_90 (or the simulator)")
+hopper = pytest.mark.skipif(not hopper_or_simulator(),
+                            reason="wgmma and TMA need sm_90 (or the simulator)")
 
 
 def _operands(rng, rows, k, kind):
@@ -150,7 +142,7 @@ def test_tma_tile_load_zero_fills(row, col, sw):
     box_rows, box_cols = 16, 64
     tmap = tma.encode_tiled(src, box_rows, box_cols, sw)
     out = np.zeros(box_rows * box_cols, np.uint16)
-    tma.example_kernel(box_rows, box_cols, sw)[1, 64](tmap, row, col, out)
+    tma.example_kernel(box_rows, box_cols, sw)[1, 64](tmap, row, col, 0, out)
     want = np.zeros((box_rows, box_cols), np.float16)
     for r in range(box_rows):
         for c in range(box_cols):

@@ -142,12 +142,10 @@ def kernel(kind, out_dtype, d, dv, vec=1, v_n_major=False):
     return forward
 
 
-def launch(q, k, v, o, lse, *, causal=False, scale=None, stream=0, v_n_major=False):
-    """Run on 4-D device arrays q (B, Hq, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv),
-    all float16 or all uint16 (bfloat16 bits), Hq a multiple of Hkv, D and Dv 64 or 128;
-    ``o`` (B, Hq, Sq, Dv: q's dtype or float32) and ``lse`` (B, Hq, Sq, float32) receive
-    the result.  Any strides.  Needs sm_90 (or the simulator).  ``v_n_major``: see
-    :func:`kernel`."""
+def checked(q, k, v, o, lse, scale):
+    """The shared checks of the wgmma kernels' launches: 4-D q, k, v of one fp16 / bf16
+    dtype, Hq a multiple of Hkv, D and Dv 64 or 128, o and lse of the result's shapes, a
+    finite nonzero scale (None: 1/sqrt(D)).  Returns (B, Hq, Sq, D, Hkv, Sk, Dv, scale)."""
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(f"q, k, v must be 4-D, got {q.shape}, {k.shape}, {v.shape}")
     n_b, n_h, sq, d = q.shape
@@ -167,6 +165,16 @@ def launch(q, k, v, o, lse, *, causal=False, scale=None, stream=0, v_n_major=Fal
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     if not (math.isfinite(scale) and scale != 0.0):
         raise ValueError(f"scale must be finite and nonzero, got {scale}")
+    return n_b, n_h, sq, d, n_kv, sk, dv, scale
+
+
+def launch(q, k, v, o, lse, *, causal=False, scale=None, stream=0, v_n_major=False):
+    """Run on 4-D device arrays q (B, Hq, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv),
+    all float16 or all uint16 (bfloat16 bits), Hq a multiple of Hkv, D and Dv 64 or 128;
+    ``o`` (B, Hq, Sq, Dv: q's dtype or float32) and ``lse`` (B, Hq, Sq, float32) receive
+    the result.  Any strides.  Needs sm_90 (or the simulator).  ``v_n_major``: see
+    :func:`kernel`."""
+    n_b, n_h, sq, d, n_kv, sk, dv, scale = checked(q, k, v, o, lse, scale)
     kind = "f16" if q.dtype == np.float16 else "bf16"
     bits = [a.view(np.uint16) if kind == "f16" else a for a in (q, k, v)]
     blocks = n_b * n_h * -(-sq // BM)

@@ -40,11 +40,11 @@ from ...runtime import launcher
 from ..hw import jit, tma, wgmma
 from ..hw.jit import LOG2E
 from . import hopper_fold
+from .hopper import checked
 
 BM = BN = 64  # query rows (one warpgroup), keys a tile
 STAGES, THREADS, CONSUMERS = 2, 160, 128
 N_BARS = 2 * STAGES + 1  # full and empty of each stage, and Q's
-HEAD_DIMS = (64, 128)
 
 
 @functools.cache
@@ -156,27 +156,9 @@ def launch(q, k, v, o, lse, *, causal=False, scale=None, stream=0):
     v (B, Hkv, Sk, Dv), all float16 or all uint16 (bfloat16 bits), Hq a multiple of Hkv,
     D and Dv 64 or 128; ``o`` (B, Hq, Sq, Dv: q's dtype or float32) and ``lse``
     (B, Hq, Sq, float32) receive the result.  Needs sm_90 (or the simulator)."""
-    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-        raise ValueError(f"q, k, v must be 4-D, got {q.shape}, {k.shape}, {v.shape}")
-    n_b, n_h, sq, d = q.shape
-    _, n_kv, sk, dv = v.shape
-    if k.shape != (n_b, n_kv, sk, d) or v.shape[0] != n_b or n_kv < 1 or n_h % n_kv:
-        raise ValueError(f"incompatible shapes q {q.shape}, k {k.shape}, v {v.shape}")
-    if d not in HEAD_DIMS or dv not in HEAD_DIMS:
-        raise ValueError(f"D and Dv must be 64 or 128, got {d} and {dv}")
-    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (np.float16, np.uint16):
-        raise TypeError(f"q, k, v must all be float16 or all uint16 (bfloat16 bits), got "
-                        f"{q.dtype}, {k.dtype}, {v.dtype}")
+    n_b, n_h, sq, d, n_kv, sk, dv, scale = checked(q, k, v, o, lse, scale)
     if not all(a.flags["C_CONTIGUOUS"] for a in (q, k, v)):
         raise ValueError("q, k, v must be C-contiguous (their tensor maps see (B·H, S, D))")
-    if o.shape != (n_b, n_h, sq, dv) or o.dtype not in (q.dtype, np.float32) \
-            or lse.shape != (n_b, n_h, sq) or lse.dtype != np.float32:
-        raise ValueError(f"o must be {(n_b, n_h, sq, dv)} of {q.dtype} or float32 and lse "
-                         f"{(n_b, n_h, sq)} float32, got {o.shape} {o.dtype}, {lse.shape} "
-                         f"{lse.dtype}")
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    if not (math.isfinite(scale) and scale != 0.0):
-        raise ValueError(f"scale must be finite and nonzero, got {scale}")
     blocks = n_b * n_h * -(-sq // BM)
     if blocks == 0:
         return

@@ -217,45 +217,30 @@ else:
 
 def example_kernel(box_rows, box_cols, swizzle=NONE, three_d=False):
     """One block: the box at (row, col) of the map's array — of its plane ``plane``, for a
-    3-D array's map — lands in shared memory by TMA, the block waits on the mbarrier and
-    copies it out to ``out`` (uint16 bits, as stored: swizzled if the map swizzles).  The
-    tests' and compile check's kernel: ``k(tmap, row, col, out)``, or with ``three_d``
-    ``k(tmap, row, col, plane, out)``."""
+    3-D array's map (``three_d``) — lands in shared memory by TMA, the block waits on the
+    mbarrier and copies it out to ``out`` (uint16 bits, as stored: swizzled if the map
+    swizzles).  The tests' and compile check's kernel: ``k(tmap, row, col, plane, out)``
+    (``plane`` unread for a 2-D map)."""
     from .jit import kernel
     from .wgmma import TILE_ALIGN
 
     size = box_rows * box_cols
-    if three_d:
-        @kernel
-        def k3(tmap, row, col, plane, out):
-            tile = cuda.shared.array(size, uint16, alignment=TILE_ALIGN)
-            bar = cuda.shared.array(1, uint64)
-            tid = cuda.threadIdx.x
-            if tid == 0:
-                tensormap_acquire(tmap)
-                mbarrier_init(bar, 0, 1)
-            cuda.syncthreads()  # the barrier is initialised before anyone waits on it
-            if tid == 0:
-                arrive_expect_tx(bar, 0, size * 2)
-                tma_load_3d(tile, 0, tmap, col, row, plane, bar, 0)
-            wait(bar, 0, 0)
-            for idx in range(tid, size, cuda.blockDim.x):
-                out[idx] = tile[idx]
-
-        return k3
 
     @kernel
-    def k(tmap, row, col, out):
+    def k(tmap, row, col, plane, out):
         tile = cuda.shared.array(size, uint16, alignment=TILE_ALIGN)
         bar = cuda.shared.array(1, uint64)
         tid = cuda.threadIdx.x
         if tid == 0:
             tensormap_acquire(tmap)
             mbarrier_init(bar, 0, 1)
-        cuda.syncthreads()
+        cuda.syncthreads()  # the barrier is initialised before anyone waits on it
         if tid == 0:
             arrive_expect_tx(bar, 0, size * 2)
-            tma_load_2d(tile, 0, tmap, col, row, bar, 0)
+            if three_d:
+                tma_load_3d(tile, 0, tmap, col, row, plane, bar, 0)
+            else:
+                tma_load_2d(tile, 0, tmap, col, row, bar, 0)
         wait(bar, 0, 0)
         for idx in range(tid, size, cuda.blockDim.x):
             out[idx] = tile[idx]
