@@ -64,7 +64,7 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
         ``softcap``; Gemma 2 uses 50), before the mask.  None or 0: off.
     alibi_slopes : array or None
         ALiBi: float32, shape (Hq,) or q's leading axes (B, Hq); query i's score of key j
-        gets −slope_h·|i + Sk − Sq − j| added (after the soft-cap), flash-attn's
+        gets −slope_h·abs(i + Sk − Sq − j) added (after the soft-cap), flash-attn's
         definition.  Any array kind (read on the host, checked finite); never modified.
     return_lse : bool
         Also return LSE = log Σ_j exp(s_j) over the (modified) scores s_j = scale·q·k_j,

@@ -14,7 +14,7 @@ and :mod:`numba_softmax.kernels.decode.decode`.
 
 Two modifications of the scaled scores, flash-attn's (:func:`scores`), before the mask:
 ``softcap`` > 0 gives s ← softcap·tanh(s / softcap); ``alibi_slopes`` (Hq,) or (..., Hq)
-adds −slope_h·|i + Sk − Sq − j| to query i's score of key j.
+adds −slope_h·abs(i + Sk − Sq − j) to query i's score of key j.
 """
 
 import math
@@ -75,7 +75,7 @@ def visible(sq, sk, causal=False, window=(-1, -1)):
 
 def scores(q, k, scale, softcap=0.0, alibi_slopes=None):
     """The scores of q (..., Sq, D) against k (..., Sk, D), float64: scale·q·k, then
-    softcap·tanh(· / softcap) if ``softcap`` > 0, then −slope·|i + Sk − Sq − j| with
+    softcap·tanh(· / softcap) if ``softcap`` > 0, then −slope·abs(i + Sk − Sq − j) with
     ``alibi_slopes`` ((Hq,) or the leading axes of q down to the heads, (..., Hq)) —
     flash-attn's order and definition, for causal and non-causal alike."""
     s = scale * (q @ np.swapaxes(k, -1, -2))
