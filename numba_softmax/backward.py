@@ -114,9 +114,12 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), sc
         As in the forward: query i sees key j iff −left <= j − (i + Sk − Sq) <= right for
         ``window=(left, right)`` (−1: unbounded), and ``causal`` adds right <= 0.
     softcap, alibi_slopes
-        Not yet taken by the backward kernels: anything but None (or a softcap of 0) is a
-        ``ValueError`` (the NumPy reference has both:
-        :func:`numba_softmax.reference.attention_backward`).
+        As in the forward (:func:`numba_softmax.attention`), and the same values it was
+        given: with s = scale·q·k, the score is x = softcap·tanh(s / softcap) (softcap > 0)
+        minus slope·abs(i + Sk − Sq − j) (ALiBi), P = exp(x − LSE), and dS is taken with
+        respect to s: times dx/ds = 1 − tanh²(s / softcap) (ALiBi adds a constant; the
+        slopes get no gradient).  NumPy twin:
+        :func:`numba_softmax.reference.attention_backward`.
     stream
         As for :func:`numba_softmax.softmax`.
 
@@ -125,16 +128,19 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), sc
     and kind of q.  dQ is accumulated with atomic adds: its last bits may differ from run
     to run.
     """
-    checks.refuse_mods(softcap, alibi_slopes, "attention_backward")
     stream = ops.as_stream(stream)
-    plan_key, plan, ptrs = plans.lookup(("attention_backward", causal, window, scale),
-                                        (do, q, k, v, o, lse, None), stream)
+    plan_key, plan, ptrs = None, None, None  # slopes are read on the host each call: no plan
+    if alibi_slopes is None:
+        plan_key, plan, ptrs = plans.lookup(("attention_backward", causal, window, scale, softcap),
+                                            (do, q, k, v, o, lse, None), stream)
     if plan is not None:
         return plan((do, q, k, v, o, lse, None), stream, ptrs)
     seen = plans.seen(plan_key, ptrs, 6)  # what the look-up read: each array described once
     ds = checks.attention_grads(do, q, k, v, o, lse, seen)
     causal = checks.flag(causal, "causal")
     window = checks.window(window)
+    softcap = checks.softcap(softcap)
+    slopes = checks.alibi_slopes(alibi_slopes, ds["q"].shape[:-2])
     dq_, kind, dtype = ds["q"], ds["q"].kind, ds["q"].dtype
     *lead, sq, d = dq_.shape
     sk, dv = ds["k"].shape[-2], ds["v"].shape[-1]
@@ -151,9 +157,11 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), sc
         do4, q4, k4, v4, o4 = (heads.view(ds[n], 2, stream) for n in ("do", "q", "k", "v", "o"))
         lse3 = heads.view(ds["lse"], 1, stream)
         outs = [heads.output(kind, s, dtype, q, 2, stream) for s in shapes]
+        alibi = None if slopes is None else ops.to_device(slopes, stream)
         _backward_kernel(dtype, scale).launch(do4, q4, k4, v4, o4, lse3, *(dev for _, dev in outs),
                                        causal=causal, window=window, scale=scale, stream=stream,
-                                       small=plans.simulator_enabled())
+                                       small=plans.simulator_enabled(), softcap=softcap,
+                                       alibi=alibi)
         return rec.done(_Grads(kind, dtype), *(buf for buf, _ in outs))
 
 

@@ -490,6 +490,14 @@ def _backward():
                          + (" scale 0" if d == "f16" else "") + (" strided" if vec == 1 else ""), AB,
                          (NP[d], hd, hd) + tiles + (vec, red4 and d == "f32" and vec > 1), bwd(d, lse),
                          block=32 * tiles[2]))
+    # the score modifications (score_mods): the scale argument is (scale, softcap, slopes)
+    for d, hd, tiles, vec, cap, alibi in (("f32", 64, (64, 64, 4), 4, True, True),
+                                          ("f32", 128, (32, 32, 4), 4, True, False),
+                                          ("f64", 64, (32, 32, 4), 2, False, True)):
+        out.append(Entry("attention_backward", f"{d} D{hd} {'x'.join(map(str, tiles))}"
+                         + " softcap" * cap + " alibi" * alibi, AB,
+                         (NP[d], hd, hd) + tiles + (vec, red4 and d == "f32", cap, alibi),
+                         _with_mods(bwd(d, d), 9), block=32 * tiles[2]))
     ABT = "kernels.backward.attention_backward_tc:kernel"  # tensor cores: Tiles W 8, Br 64
     pairs = CC >= (9, 0)  # dQ's vector atomic adds: sm_90
     for d, hd in (("f16", 128), ("bf16", 128), ("f16", 64)):
@@ -499,6 +507,10 @@ def _backward():
                      (NP["f16"], 128, 128, 8, 64, False, pairs), bwd("f16"), block=256))
     out.append(Entry("attention_backward_tc", "f16 D128 4 warps Br32 (99 KB devices)", ABT,
                      (NP["f16"], 128, 128, 4, 32, True, pairs), bwd("f16"), block=128))
+    for d, hd, cap, alibi in (("f16", 128, True, True), ("bf16", 128, True, False), ("f16", 64, False, True)):
+        out.append(Entry("attention_backward_tc", f"{d} D{hd} 8 warps Br64" + " softcap" * cap
+                         + " alibi" * alibi, ABT, (NP[d], hd, hd, 8, 64, True, pairs, cap, alibi),
+                         _with_mods(bwd(d), 9), block=256))
     IO = "kernels.backward.attention_backward_io"
     for d in ("f32", "f16", "bf16", "f64"):  # preprocess(do, o, delta, dq_acc)
         out.append(Entry("attention_backward.preprocess", d, f"{IO}:preprocess", (NP[d],),

@@ -10,7 +10,10 @@ Each is a compile-time specialisation of the kernel factories (their ``softcap_o
 ``alibi_on`` arguments): with both off a kernel is the one it was without them — same
 arguments, same code — and with either on, the kernel's scale argument becomes the
 tuple (scale, softcap, slopes) that :func:`runtime` builds, unpacked on entry, so no
-kernel grows an argument it does not use.  The modification itself is
+kernel grows an argument it does not use.  The backward kernels rebuild the modified
+score from s the same way (:func:`grad_modifier`) and need one more factor, its
+derivative: ALiBi adds a constant (d/dx = 1), and d/dx of c·tanh(x / c) is
+1 − tanh²(x / c) = 1 − (x' / c)², x' the capped score.  The modification itself is
 :func:`modifier`'s device function, which takes the score in whatever base the kernel
 keeps it: the CUDA-core kernels hold base-2 scores (x·log₂e), and
 c·tanh(x / c) and x − s·|δ| in base 2 are the same functions with c and s times log₂e.
@@ -26,7 +29,7 @@ from ...runtime import counters
 from ..hw import jit
 
 __all__ = ["modifier", "runtime", "flags", "slope_row", "setup", "tile_modifier",
-           "fragment_modifier", "LOG2E"]
+           "fragment_modifier", "grad_modifier", "transposed_grad_modifier", "LOG2E"]
 LOG2E = 1.0 / math.log(2.0)
 
 
@@ -116,3 +119,47 @@ def fragment_modifier(softcap_on, alibi_on, nb):
                     s[n, 2 * rr + e] = modify(x, cap, slope, row + 8 * rr + shift - (key0 + 8 * n + e))
 
     return modify_frag
+
+
+@functools.cache
+def grad_modifier(acc, softcap_on, alibi_on):
+    """Device function ``modify_grad(x, cap, slope, dist) -> (x', g)``: :func:`modifier`'s
+    x' and its derivative g = dx'/dx — 1 − (capped / cap)² with the soft-cap (the capped
+    score rebuilt from x: tanh recomputed), else 1 (ALiBi's bias is a constant)."""
+    cap_only, bias = modifier(acc, softcap_on, False), modifier(acc, False, alibi_on)
+    one = acc(1.0)
+
+    @jit.device
+    def modify_grad(x, cap, slope, dist):
+        x = cap_only(x, cap, slope, dist)
+        g = one
+        if softcap_on:
+            r = x * (one / cap)
+            g = one - r * r
+        return bias(x, cap, slope, dist), g
+
+    return modify_grad
+
+
+@functools.cache
+def transposed_grad_modifier(softcap_on, alibi_on, nb):
+    """``modify_t(s, dp, rows, buf, sc, key, i0, shift, t, cap, slopes, b, h)`` for the
+    tensor-core backward's transposed accumulator tiles of unscaled scores (keys the rows:
+    the lane's keys key and key + 8; queries the columns, i0 + 8·n + 2·t + e, n < ``nb``)
+    of sequence b, query head h: sc·s becomes the modified base-e score, and dPᵀ becomes
+    (dPᵀ − D)·g, D = rows[buf, 1, ·] by column, so that dSᵀ = Pᵀ ∘ dPᵀ."""
+    f32 = numba.float32
+    modify, setup_mods = grad_modifier(f32, softcap_on, alibi_on), setup(f32, alibi_on, 1.0)
+
+    @jit.device
+    def modify_t(s, dp, rows, buf, sc, key, i0, shift, t, cap, slopes, b, h):
+        cap, slope = setup_mods(cap, slopes, b, h)
+        for rr in range(2):
+            for n in range(nb):
+                for e in range(2):
+                    col = 8 * n + 2 * t + e
+                    x, g = modify(s[n, 2 * rr + e] * sc, cap, slope, i0 + col + shift - (key + 8 * rr))
+                    s[n, 2 * rr + e] = x
+                    dp[n, 2 * rr + e] = (dp[n, 2 * rr + e] - rows[buf, 1, col]) * g
+
+    return modify_t

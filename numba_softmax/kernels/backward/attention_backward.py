@@ -46,7 +46,9 @@ take 75 KB and three blocks still fit a multiprocessor.  The tiles arrive 16 byt
 where the arrays allow it (:func:`.flash_tiles.stager`, the forward's), and on sm_90 a lane adds
 its 4 consecutive dQ columns in one ``red.global.add.v4.f32``: fewer instructions a
 multiply-add, which is what bounds the kernel (``docs/algorithms/backward.md``, "Vector
-reads").  NumPy twin:
+reads").  ``softcap``, ``alibi`` (:mod:`..attention.score_mods`, compile-time as in the
+forward): S is rebuilt and modified, x = c·tanh(S / c) − slope·abs(i + Sk − Sq − j), P =
+exp(x − LSE), and dS gets the factor dx/dS = 1 − tanh²(S / c).  NumPy twin:
 :func:`numba_softmax.reference.attention_backward`.
 """
 
@@ -61,7 +63,7 @@ from . import attention_backward_io as io
 from . import attention_backward_products as products
 from ..hw import jit
 from ...runtime import launcher
-from ..attention import tileio
+from ..attention import score_mods, tileio
 from ..hw.jit import accumulator
 from ..attention.flash_tiles import stager
 from .attention_backward_tiles import check_tiles, fit_tiles, layout, strides
@@ -73,10 +75,14 @@ GROUP = products.GROUP  # column groups per warp: lanes that share a row
 
 
 @functools.cache
-def kernel(dtype, d, dv, block_q, block_k, warps, vec=1, red4=False):
+def kernel(dtype, d, dv, block_q, block_k, warps, vec=1, red4=False, softcap_on=False,
+           alibi_on=False):
     """The main backward kernel for one (dtype, D, Dv, Br, Bc, W, values a global load,
-    dQ added 4 values an instruction): all compile-time."""
+    dQ added 4 values an instruction, score modifications): all compile-time."""
     acc, store = accumulator(dtype), jit.storer(dtype)
+    MODS = softcap_on or alibi_on
+    setup_mods = score_mods.setup(acc, alibi_on, 1.0)  # base-e scores
+    modify_grad = score_mods.grad_modifier(acc, softcap_on, alibi_on)
     BR, BC, T = block_q, block_k, 32 * warps
     RPL, KPL, CPL = BR // (4 * warps), BC // (4 * warps), BC // GROUP
     ND, NV = _pad8(d) // GROUP, _pad8(dv) // GROUP
@@ -97,7 +103,10 @@ def kernel(dtype, d, dv, block_q, block_k, warps, vec=1, red4=False):
     def backward(do, q, k, v, lse, delta, dq_acc, dk, dv_out, scale, left, right):
         """grid (Tc, B·Hkv); q, do (B, Hq, Sq, ·), k, v, dk, dv (B, Hkv, Sk, ·), lse and
         delta (B, Hq, Sq), dq_acc (B, Hq, Sq, D) zeroed; ``left``/``right``: the window
-        (−1: unbounded; causal is right = 0)."""
+        (−1: unbounded; causal is right = 0).  With a score modification ``scale`` is
+        (scale, softcap, slopes)."""
+        if MODS:
+            scale, cap, slopes = scale
         tid = cuda.threadIdx.x
         warp, lane = (tid >> 5) & 31, tid & 31  # masks: the compiler then knows both are >= 0
         rg, cg = lane >> 3, lane & (GROUP - 1)
@@ -135,6 +144,8 @@ def kernel(dtype, d, dv, block_q, block_k, warps, vec=1, red4=False):
         stage_v(sm, V0, v, b, hkv, j0, sk, one)
 
         for h in range(hkv * group, (hkv + 1) * group):  # the query heads of this K/V head
+            if MODS:
+                cap_h, slope_h = setup_mods(cap, slopes, b, h)
             for i0 in range(i_lo, i_hi, BR):
                 cuda.syncthreads()  # every warp is done with the last Q_i, dO_i, P, dS
                 stage_q(sm, Q0, q, b, h, i0, sq, one)
@@ -170,9 +181,14 @@ def kernel(dtype, d, dv, block_q, block_k, warps, vec=1, red4=False):
                 for i in range(RPL):
                     for jj in range(CPL):
                         c = cg + GROUP * jj
+                        if MODS:  # S → the modified score x, and dx/dS
+                            s[i, jj], gr = modify_grad(s[i, jj], cap_h, slope_h,
+                                                       i0 + row0 + rg + 4 * i + shift - j0 - c)
                         val = s[i, jj] if lo[i] <= c and c <= hi[i] else -inf
                         s[i, jj] = weight_device(val, xa[i])  # P: exp(S − LSE); −inf weighs 0
                         dp[i, jj] = s[i, jj] * (dp[i, jj] - xc[i])  # dS
+                        if MODS:  # dS with respect to S itself
+                            dp[i, jj] *= gr
                 for i in range(RPL):
                     for jj in range(CPL):
                         sm[P0 + (row0 + rg + 4 * i) * PS + cg + GROUP * jj] = s[i, jj]
@@ -219,13 +235,14 @@ def kernel(dtype, d, dv, block_q, block_k, warps, vec=1, red4=False):
 
 
 def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), scale=None,
-           stream=0, small=False, tiles=None):
+           stream=0, small=False, tiles=None, softcap=0.0, alibi=None):
     """dQ, dK, dV into ``dq``, ``dk``, ``dv`` from 4-D device arrays: q, o, do, dq
     (B, Hq, Sq, ·); k, v, dk, dv (B, Hkv, Sk, ·) with Hq a multiple of Hkv; lse (B, Hq, Sq)
     float32/64 (the forward's).  One storage dtype for q, k, v, o, do, dq, dk, dv: float16,
     uint16 (bfloat16), float32, float64; any strides.  ``window=(left, right)``: −1 is
     unbounded; ``causal`` adds right <= 0.  ``tiles``: (Br, Bc, W) to force (default
-    :func:`fit_tiles`; ``small``: the simulator's)."""
+    :func:`fit_tiles`; ``small``: the simulator's).  ``softcap`` (> 0: on) and ``alibi``
+    (float32 slopes (1 or B, Hq) on the device, or None): :mod:`..attention.score_mods`."""
     d, dvh = q.shape[3], v.shape[3]
     acc_name = accumulator(q.dtype).name
 
@@ -235,7 +252,9 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), sc
         vec = tileio.global_width([do, q, k, v], (d, dvh))  # 16-byte loads where allowed
         red4 = (acc_name == "float32" and tuple(launcher.device_limits().cc) >= (9, 0)
                 and tileio.global_width([dq_acc], (d,)) == 4)  # red.global.add.v4: sm_90
-        bwd, threads = kernel(q.dtype, d, dvh, block_q, block_k, warps, vec, red4)
+        bwd, threads = kernel(q.dtype, d, dvh, block_q, block_k, warps, vec, red4,
+                              *score_mods.flags(softcap, alibi))
+        scale = score_mods.runtime(scale, softcap, alibi)
         value = 8 if acc_name == "float64" else 4
         shared = layout(d, dvh, block_q, block_k, 16 // value)[1] * value
         launcher.launch(bwd, (-(-k.shape[2] // block_k), k.shape[0] * k.shape[1]), threads,

@@ -32,10 +32,11 @@ and dS through shared memory instead; its tiles are larger than one warp's.)
 the order the adds land; two values an instruction on sm_90 (``red.global.add.v2.f32``,
 which older targets lack), one on sm_80/sm_86/sm_89.  They are not what the time goes
 to: the kernel with the adds left out is barely faster (docs/algorithms/backward.md,
-"Measured").  Masks, GQA and
-the windows as there: query i sees key j iff −left ≤ j − (i + Sk − Sq) ≤ right; only
-tiles that cross an edge are masked element by element; rows that saw no key (LSE =
-−inf) and padding rows have P = 0.
+"Measured").  Masks, GQA and the windows as there: query i sees key j iff
+−left ≤ j − (i + Sk − Sq) ≤ right; only tiles that cross an edge are masked element by
+element; rows that saw no key (LSE = −inf) and padding rows have P = 0.  ``softcap``,
+``alibi`` (:mod:`..attention.score_mods`, compile-time): scale·Sᵀ modified before the
+mask, dPᵀ − D times the soft-cap's derivative.
 
 FLOPs 10·Sq·Sk·D per (batch·query head) (five products; half with causal); K, V read
 once, Q, dO once per key tile (mostly from L2), dQ added once per key tile.  NumPy twin:
@@ -50,22 +51,17 @@ from numba import cuda
 
 from ..hw import jit
 from ..hw.jit import LOG2E
-from ..hw.mma import (
-    cp_async_commit,
-    cp_async_wait_all,
-    for_dtype,
-    ldmatrix_x4,
-    ldmatrix_x4_trans,
-    red_add_v2,
-    st_shared_b32,
-)
+from ..hw.mma import (cp_async_commit, cp_async_wait_all, for_dtype, ldmatrix_x4,
+                      ldmatrix_x4_trans, red_add_v2, st_shared_b32)
+from ..attention import score_mods
 from ..attention.staging import PAD, stager, up16
 
 @functools.cache
-def kernel(dtype, d, dv, warps, block_q, vec, pairs):
+def kernel(dtype, d, dv, warps, block_q, vec, pairs, softcap_on=False, alibi_on=False):
     """The backward kernel for one configuration (masks are run-time arguments).
-    ``pairs``: dQ added two values at a time (``red.global.add.v2.f32``, sm_90; D even).
-    Returns (kernel, threads per block)."""
+    ``pairs``: dQ added two values at a time (``red.global.add.v2.f32``, sm_90; D even);
+    ``softcap_on``, ``alibi_on``: :mod:`.score_mods`.  Returns (kernel, threads per block)."""
+    MODS = softcap_on or alibi_on
     f32, u16 = numba.float32, numba.uint16
     mma, pack = for_dtype(dtype)
     store = jit.storer(dtype)
@@ -93,6 +89,7 @@ def kernel(dtype, d, dv, warps, block_q, vec, pairs):
     I32 = numba.int32  # row, key and tile counters (every result cast back: Numba's
     # int32 ∘ int32 is int64, whose divisions and compares cost twice or more)
     PAIRS = pairs and d % 2 == 0  # dQ rows 8-byte aligned: red.global.add.v2 (sm_90)
+    modify_t = score_mods.transposed_grad_modifier(softcap_on, alibi_on, NB)
 
     @jit.device
     def stage_rows(smem, rows, q, do, lse, delta, b, h, i0, buf):
@@ -118,7 +115,10 @@ def kernel(dtype, d, dv, warps, block_q, vec, pairs):
     @jit.kernel
     def backward(do, q, k, v, lse, delta, dq_acc, dk, dv_out, scale, left, right):
         """grid (Tc, B·Hkv); q, do (B, Hq, Sq, ·), k, v, dk, dv (B, Hkv, Sk, ·), lse and
-        delta (B, Hq, Sq), dq_acc (B, Hq, Sq, D) float32, zeroed."""
+        delta (B, Hq, Sq), dq_acc (B, Hq, Sq, D) float32, zeroed; ``scale``: (scale,
+        softcap, slopes) with a score modification."""
+        if MODS:
+            scale, cap, slopes = scale
         warp, lane = I32(cuda.threadIdx.x >> 5), I32(cuda.threadIdx.x & 31)
         g, t = I32(lane >> 2), I32(lane & 3)  # this lane's place in every fragment (mma.py)
         n_kv = k.shape[1]
@@ -137,7 +137,8 @@ def kernel(dtype, d, dv, warps, block_q, vec, pairs):
         n_qt = I32((i_hi - i_lo + BR - 1) // BR) if i_hi > i_lo else I32(0)
         n_it = I32(group * n_qt)  # (query head, query tile) pairs, one after the other
         zero, sc = f32(0.0), f32(scale)
-        c2 = sc * f32(LOG2E)  # exp(scale·s − LSE) = exp2(c2·s − LSE·log2 e)
+        # exp(scale·s − LSE) = exp2(c2·s − LSE·log2 e); MODS: s is the modified scale·s
+        c2 = f32(LOG2E) if MODS else sc * f32(LOG2E)
         hidden = -inf if c2 > zero else inf  # c2·hidden = −inf
 
         s = cuda.local.array((NB, 4), f32)  # Sᵀ, then Pᵀ
@@ -205,6 +206,8 @@ def kernel(dtype, d, dv, warps, block_q, vec, pairs):
                     mma(dp, 2 * n2, af, 0, b0, b1)
                     mma(dp, 2 * n2 + 1, af, 0, b2, b3)
 
+            if MODS:  # Sᵀ → modified scores; dPᵀ → (dPᵀ − D)·dx/dS
+                modify_t(s, dp, rows, buf, sc, I32(j0 + kw + g), i0, shift, t, cap, slopes, b, h)
             # mask: only tiles that cross Sk or a window edge, element by element (a
             # masked score s makes c2·s = −inf, whatever the sign of the scale)
             j_end, lag = I32(j0 + BC), I32(i0 + shift)
@@ -224,7 +227,8 @@ def kernel(dtype, d, dv, warps, block_q, vec, pairs):
                         col = 8 * n + 2 * t + e
                         p = math.exp2(s[n, 2 * rr + e] * c2 - rows[buf, 0, col])
                         s[n, 2 * rr + e] = p
-                        dp[n, 2 * rr + e] = p * (dp[n, 2 * rr + e] - rows[buf, 1, col])
+                        dp[n, 2 * rr + e] = p * (dp[n, 2 * rr + e] if MODS  # (dPᵀ − D)·dx/dS: MODS
+                                                 else dp[n, 2 * rr + e] - rows[buf, 1, col])
 
             # dV_w += Pᵀ dO_i: accumulator tiles 2kb, 2kb+1 of Pᵀ are A fragment kb
             for kb in range(KB):

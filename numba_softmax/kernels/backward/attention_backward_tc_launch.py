@@ -4,6 +4,7 @@ and its launch.
 
 from ...runtime import launcher
 from ...runtime.sim import simulator_enabled
+from ..attention import score_mods
 from ..attention.staging import PAD, aligned, up16
 from ..hw.mma import for_dtype
 from . import attention_backward_io as io
@@ -57,10 +58,11 @@ class Tiles:
 
 
 def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), scale=None,
-           stream=0, small=False, **tile_options):
+           stream=0, small=False, softcap=0.0, alibi=None, **tile_options):
     """dQ, dK, dV into ``dq``, ``dk``, ``dv`` as :func:`.attention_backward.launch`, for
     float16 or bfloat16 (uint16) storage; 1 <= D, Dv <= 128; a nonzero ``scale`` (a
-    masked score is one whose scale·s is −inf).  ``tile_options``: those of :class:`Tiles`."""
+    masked score is one whose scale·s is −inf).  ``softcap``, ``alibi``: as
+    :func:`.attention_backward.launch`.  ``tile_options``: those of :class:`Tiles`."""
     for_dtype(q.dtype)  # TypeError unless float16 or bfloat16 bits
     d, dvh = q.shape[3], v.shape[3]
 
@@ -68,7 +70,9 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), sc
         tiles = Tiles(d, dvh, small=small, **tile_options)
         vec = all(aligned(x) for x in (q, k, v, do))
         pairs = tuple(launcher.device_limits().cc) >= (9, 0)  # vector atomics: sm_90 on
-        bwd, threads = kernel(q.dtype, d, dvh, tiles.warps, tiles.block_q, vec, pairs)
+        bwd, threads = kernel(q.dtype, d, dvh, tiles.warps, tiles.block_q, vec, pairs,
+                              *score_mods.flags(softcap, alibi))
+        scale = score_mods.runtime(scale, softcap, alibi)
         launcher.launch(bwd, (-(-k.shape[2] // tiles.block_k), k.shape[0] * k.shape[1]), threads,
                         stream, (do, q, k, v, lse, delta, dq_acc, dk, dv, scale, left, right),
                         shared=tiles.shared)
