@@ -11,7 +11,8 @@ implementations registered here), with ``register_autograd``: the forward saves 
 backward needs — y for softmax and log_softmax, (q, k, v, O, LSE) for attention — and the
 backward is itself an op calling :mod:`numba_softmax.backward`.  On CUDA tensors every op
 calls the package's public functions on ``torch.cuda.current_stream()``.  A sliding
-``window`` takes a twin pair of ops, ``attention_window`` (the plain pair keeps its schema).
+``window``, ``softcap`` or ``alibi_slopes`` take a twin pair of ops, ``attention_options``
+(the plain pair keeps its schema).
 On the CUDA simulator the attention ops also take CPU float16/float32 tensors, through
 NumPy: so that tests and the examples' toy sizes run, gradients included, with no GPU.
 
@@ -20,6 +21,7 @@ of attention is returned by the op but marked non-differentiable: gradients flow
 O only.  Double backward is not supported.
 """
 
+import math
 from typing import Optional
 
 import torch
@@ -164,46 +166,50 @@ def _attention_grad(ctx, do, _dlse):
 attention_op.register_autograd(_attention_grad, setup_context=_attention_setup)
 
 
-# --- attention with a sliding window: a pair of its own, the plain schema unchanged ------------
-@torch.library.custom_op(f"{_LIB}::attention_window", mutates_args=(), device_types="cuda")
-def attention_window_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                        scale: Optional[float], left: int, right: int
-                        ) -> tuple[torch.Tensor, torch.Tensor]:
+# --- attention with options (window, softcap, ALiBi): a pair of its own, the plain schema
+# unchanged ---------------------------------------------------------------------------------
+@torch.library.custom_op(f"{_LIB}::attention_options", mutates_args=(), device_types="cuda")
+def attention_options_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                         scale: Optional[float], left: int, right: int, softcap: float,
+                         alibi_slopes: Optional[torch.Tensor]
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
     return _attention(q, k, v, causal=causal, window=(left, right), scale=scale,
-                      return_lse=True, stream=_stream(q))
+                      softcap=softcap, alibi_slopes=alibi_slopes, return_lse=True,
+                      stream=_stream(q))
 
 
-@torch.library.custom_op(f"{_LIB}::attention_window_backward", mutates_args=(),
+@torch.library.custom_op(f"{_LIB}::attention_options_backward", mutates_args=(),
                          device_types="cuda")
-def attention_window_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
-                                 v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                                 causal: bool, scale: Optional[float], left: int, right: int
-                                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def attention_options_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                                  v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                                  causal: bool, scale: Optional[float], left: int, right: int,
+                                  softcap: float, alibi_slopes: Optional[torch.Tensor]
+                                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return _backward.attention_backward(do, q, k, v, o, lse, causal=causal, window=(left, right),
-                                        scale=scale, stream=_stream(q))
+                                        scale=scale, softcap=softcap, alibi_slopes=alibi_slopes,
+                                        stream=_stream(q))
 
 
-attention_window_op.register_fake(_attention_fake)
-attention_window_backward_op.register_fake(
-    lambda do, q, k, v, o, lse, causal, scale, left, right:
-    (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)))
+attention_options_op.register_fake(_attention_fake)
+attention_options_backward_op.register_fake(
+    lambda do, q, k, v, o, lse, *_: (q.new_empty(q.shape), k.new_empty(k.shape),
+                                     v.new_empty(v.shape)))
 
 
-def _window_setup(ctx, inputs, output):
-    q, k, v, ctx.causal, ctx.scale, ctx.left, ctx.right = inputs
+def _options_setup(ctx, inputs, output):
+    q, k, v, *ctx.options = inputs  # causal, scale, left, right, softcap, alibi_slopes
     o, lse = output
     ctx.mark_non_differentiable(lse)
     ctx.save_for_backward(q, k, v, o, lse)
 
 
-def _window_grad(ctx, do, _dlse):
+def _options_grad(ctx, do, _dlse):
     q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = attention_window_backward_op(do, q, k, v, o, lse, ctx.causal, ctx.scale,
-                                              ctx.left, ctx.right)
-    return dq, dk, dv, None, None, None, None
+    dq, dk, dv = attention_options_backward_op(do, q, k, v, o, lse, *ctx.options)
+    return (dq, dk, dv) + (None,) * len(ctx.options)
 
 
-attention_window_op.register_autograd(_window_grad, setup_context=_window_setup)
+attention_options_op.register_autograd(_options_grad, setup_context=_options_setup)
 
 
 # --- the simulator: CPU tensors through NumPy ---------------------------------------------
@@ -231,26 +237,35 @@ if _simulating():
     attention_backward_op.register_kernel("cpu", _host(
         lambda do, q, k, v, o, lse, causal, scale: _backward.attention_backward(
             do, q, k, v, o, lse, causal=causal, scale=scale)))
-    attention_window_op.register_kernel("cpu", _host(
-        lambda q, k, v, causal, scale, left, right: _attention(
-            q, k, v, causal=causal, window=(left, right), scale=scale, return_lse=True)))
-    attention_window_backward_op.register_kernel("cpu", _host(
-        lambda do, q, k, v, o, lse, causal, scale, left, right: _backward.attention_backward(
-            do, q, k, v, o, lse, causal=causal, window=(left, right), scale=scale)))
+    attention_options_op.register_kernel("cpu", _host(
+        lambda q, k, v, causal, scale, left, right, softcap, alibi: _attention(
+            q, k, v, causal=causal, window=(left, right), scale=scale, softcap=softcap,
+            alibi_slopes=alibi, return_lse=True)))
+    attention_options_backward_op.register_kernel("cpu", _host(
+        lambda do, q, k, v, o, lse, causal, scale, left, right, softcap, alibi:
+        _backward.attention_backward(do, q, k, v, o, lse, causal=causal, window=(left, right),
+                                     scale=scale, softcap=softcap, alibi_slopes=alibi)))
 
 
-def attention(q, k, v, causal=False, scale=None, window=None):
+def attention(q, k, v, causal=False, scale=None, window=None, softcap=None, alibi_slopes=None):
     """Scaled dot-product attention O = softmax(scale·QKᵀ) V through the package's flash
     forward and backward, differentiable in q, k and v (``causal``: bottom-right aligned,
     PyTorch's ``is_causal`` for Sq == Sk; ``scale`` default 1/sqrt(D); ``window``: None or
-    (left, right) as in :func:`numba_softmax.attention`).  K and V may have fewer heads than
-    Q (grouped-query attention)."""
+    (left, right), ``softcap`` and ``alibi_slopes`` (a float32 tensor, (Hq,) or (B, Hq),
+    not differentiated) as in :func:`numba_softmax.attention`).  K and V may have fewer
+    heads than Q (grouped-query attention)."""
     for t, name in ((q, "q"), (k, "k"), (v, "v")):
         _tensor(t, name, _ATTENTION_DTYPES)
     causal = _checks.flag(causal, "causal")
     if scale is not None:
         scale = _checks.scale(scale, q.shape[-1])
     left, right = _checks.window(window)
-    if (left, right) == (-1, -1):
+    softcap = 0.0 if softcap is None else _checks.real(softcap, "softcap")
+    if not (math.isfinite(softcap) and softcap >= 0):
+        raise ValueError(f"softcap must be a finite number >= 0 (0: off), got {softcap}")
+    if alibi_slopes is not None:
+        _tensor(alibi_slopes, "alibi_slopes", (torch.float32,))
+        alibi_slopes = alibi_slopes.detach()
+    if (left, right) == (-1, -1) and not softcap and alibi_slopes is None:
         return attention_op(q, k, v, causal, scale)[0]
-    return attention_window_op(q, k, v, causal, scale, left, right)[0]
+    return attention_options_op(q, k, v, causal, scale, left, right, softcap, alibi_slopes)[0]

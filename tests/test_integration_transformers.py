@@ -13,6 +13,7 @@ import copy
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from _helpers import ROOT, SIMULATOR
@@ -67,7 +68,7 @@ def test_importing_the_module_imports_neither_torch_nor_transformers():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(softcap=30.0), "softcap"),
+    (dict(softcap=-1.0), "softcap"),
     (dict(dropout=0.1), "dropout"),
     (dict(position_bias=torch.zeros(1)), "position_bias"),
     (dict(sliding_window=0), "sliding_window"),
@@ -183,3 +184,17 @@ def test_a_batch_of_equal_lengths_decodes_as_sdpa_does():
     ours, ref = tiny_llama()
     ids = torch.randint(1, 128, (4, 16), generator=torch.Generator().manual_seed(3)).to(DEVICE)
     assert torch.equal(greedy(ours, ids, 32), greedy(ref, ids, 32))
+
+
+@runs
+def test_softcap_goes_through():
+    """Gemma 2's logit soft-capping: the adapter hands ``softcap`` to the package's op;
+    O equals the float64 reference with the same capping."""
+    from numba_softmax import reference as R
+
+    q, k, v = qkv(1, 2, 1, 5, 5)  # a prefill: with no mask, Sq < Sk reads as a static cache
+    o, _ = nst_hf.attention_forward(Layer(), q, k, v, None, softcap=2.0)
+    want = R.attention(*(t.detach().cpu().double().numpy() for t in (q, k, v)), causal=True,
+                       softcap=2.0)
+    np.testing.assert_allclose(o.transpose(1, 2).detach().cpu().double().numpy(), want,
+                               rtol=1e-4, atol=1e-5)

@@ -170,3 +170,31 @@ def test_torch_compile_traces_around_the_ops():
     compiled = torch.autograd.grad(torch.compile(model, fullgraph=True)(*args), args)
     for a, b in zip(eager, compiled):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(not (GPU or SIMULATOR), reason="needs a GPU or the CUDA simulator")
+def test_attention_options_forward_and_backward_against_the_reference():
+    """window, softcap and alibi_slopes through the options op pair, gradients included,
+    against the float64 references (on the simulator the ops take CPU tensors)."""
+    import numpy as np
+
+    from numba_softmax import reference as R
+
+    dev = "cuda" if GPU else "cpu"
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, n, 8, generator=g).to(dev).requires_grad_()
+               for n in (5, 7, 7))
+    do = torch.randn(1, 2, 5, 8, generator=g).to(dev)
+    slopes = torch.tensor([0.5, 0.25], device=dev)
+    opts = dict(causal=True, window=(3, 0), softcap=2.5)
+    o = nst.attention(q, k, v, alibi_slopes=slopes, **opts)
+    o.backward(do)
+    host = [t.detach().cpu().double().numpy() for t in (q, k, v, do)]
+    want, lse = R.attention(*host[:3], return_lse=True, alibi_slopes=slopes.cpu().numpy(), **opts)
+    grads = R.attention_backward(host[3], *host[:3], want, lse,
+                                 alibi_slopes=slopes.cpu().numpy(), **opts)
+    np.testing.assert_allclose(o.detach().cpu().numpy(), want, rtol=1e-4, atol=1e-5)
+    for got, expected in zip((q.grad, k.grad, v.grad), grads):
+        np.testing.assert_allclose(got.cpu().numpy(), expected, rtol=1e-3, atol=1e-4)
+    with pytest.raises(ValueError, match="softcap"):
+        nst.attention(q, k, v, softcap=-1.0)

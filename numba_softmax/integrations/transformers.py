@@ -6,8 +6,9 @@ with q (B, Hq, Sq, D) and k, v (B, Hkv, Sk, D) taken after the cache update, and
 :func:`numba_softmax.torch.attention` (a differentiable custom op): causal attention aligned
 bottom-right (prefill, and decoding over the cache: Sq = 1 or a chunk, Sq < Sk), grouped
 query heads read in place (Hkv divides Hq, K and V never expanded), the module's
-``scaling``, and sliding windows.  What does not map is refused by name: ``softcap``,
-dropout, a position bias, and masks beyond causal + window — a padded batch among them.
+``scaling``, sliding windows and logit soft-capping (Gemma 2's ``softcap``).  What does
+not map is refused by name: dropout, a position bias, and masks beyond causal + window —
+a padded batch among them.
 
     from numba_softmax.integrations import transformers as nst_hf
     nst_hf.register()                                   # once; imports transformers
@@ -45,9 +46,6 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     Returns ``(O, None)``: O (B, Sq, Hq, Dv), contiguous, as ``sdpa_attention_forward``."""
     from .. import torch as nst
 
-    if softcap is not None:
-        raise ValueError(f"softcap={softcap}: numba_softmax's attention kernels have no logit "
-                         f"soft-capping; use attn_implementation='eager' for this model")
     if dropout:
         raise ValueError(f"dropout={dropout}: numba_softmax's attention has no dropout; set the "
                          f"model's attention_dropout to 0 to train with it")
@@ -62,7 +60,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     first, end = _keys_seen(attention_mask, query.shape[2], key.shape[2], causal, window)
     if (first, end) != (0, key.shape[2]):  # keys no query sees: a static cache's empty slots
         key, value = key[:, :, first:end], value[:, :, first:end]
-    o = nst.attention(query, key, value, causal=causal, scale=scaling, window=window)
+    o = nst.attention(query, key, value, causal=causal, scale=scaling, window=window,
+                      softcap=softcap)
     return o.transpose(1, 2).contiguous(), None
 
 
