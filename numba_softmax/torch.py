@@ -33,7 +33,7 @@ from .runtime.sim import simulator_enabled as _simulating
 from .softmax import log_softmax as _log_softmax
 from .softmax import softmax as _softmax
 
-__all__ = ["softmax", "log_softmax", "attention"]
+__all__ = ["softmax", "log_softmax", "attention", "attention_varlen"]
 
 _LIB = "numba_softmax"
 
@@ -269,3 +269,6 @@ def attention(q, k, v, causal=False, scale=None, window=None, softcap=None, alib
     if (left, right) == (-1, -1) and not softcap and alibi_slopes is None:
         return attention_op(q, k, v, causal, scale)[0]
     return attention_options_op(q, k, v, causal, scale, left, right, softcap, alibi_slopes)[0]
+
+
+from .torch_varlen import attention_varlen  # noqa: E402  (packed batches: their own module)

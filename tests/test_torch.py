@@ -26,7 +26,8 @@ def test_no_module_but_torch_py_imports_torch_at_import_time():
     torch (or numba_softmax.torch) at its top level — only numba_softmax/torch.py does."""
     package = Path(nst.__file__).parent
     for path in package.rglob("*.py"):
-        if path in (package / "torch.py", package / "bench" / "triton_peers.py"):
+        if path in (package / "torch.py", package / "torch_varlen.py",
+                    package / "bench" / "triton_peers.py"):
             continue  # the PyTorch integration itself; the bench's Triton peers (imported lazily)
         for node in ast.parse(path.read_text(encoding="utf-8")).body:  # top-level statements
             names = [a.name for a in getattr(node, "names", [])]
@@ -198,3 +199,39 @@ def test_attention_options_forward_and_backward_against_the_reference():
         np.testing.assert_allclose(got.cpu().numpy(), expected, rtol=1e-3, atol=1e-4)
     with pytest.raises(ValueError, match="softcap"):
         nst.attention(q, k, v, softcap=-1.0)
+
+
+@pytest.mark.skipif(not (GPU or SIMULATOR), reason="needs a GPU or the CUDA simulator")
+def test_attention_varlen_forward_and_backward_per_sequence():
+    """A packed batch (one sequence with no queries, one longer than its keys): O and the
+    gradients equal each sequence's own float64 references; rows of no sequence get 0."""
+    import numpy as np
+
+    from numba_softmax import reference as R
+
+    dev = "cuda" if GPU else "cpu"
+    lq, lk = [3, 0, 6], [4, 2, 5]
+    cq, ck = np.cumsum([0] + lq), np.cumsum([0] + lk)
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(int(cq[-1]) + 2, 2, 8, generator=g).to(dev).requires_grad_()  # 2 padding rows
+    k, v = (torch.randn(int(ck[-1]), 1, 8, generator=g).to(dev).requires_grad_() for _ in "kv")
+    do = torch.randn(q.shape, generator=g).to(dev)
+    cu_q, cu_k = (torch.tensor(c, dtype=torch.int32, device=dev) for c in (cq, ck))
+    o = nst.attention_varlen(q, k, v, cu_q, cu_k, causal=True, softcap=4.0)
+    o.backward(do)
+    host = lambda t: t.detach().cpu().double().numpy()  # noqa: E731
+    for b in range(3):
+        sq_, sk_ = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        if cq[b + 1] == cq[b]:
+            continue
+        qb, kb, vb, dob = (host(x[s]).swapaxes(0, 1)[None] for x, s in
+                           ((q, sq_), (k, sk_), (v, sk_), (do, sq_)))
+        want, lse = R.attention(qb, kb, vb, causal=True, softcap=4.0, return_lse=True)
+        np.testing.assert_allclose(host(o[sq_]).swapaxes(0, 1)[None], want, rtol=1e-4, atol=1e-5)
+        grads = R.attention_backward(dob, qb, kb, vb, want, lse, causal=True, softcap=4.0)
+        for got, x, s in zip(grads, (q, k, v), (sq_, sk_, sk_)):
+            np.testing.assert_allclose(host(x.grad[s]).swapaxes(0, 1)[None], got, rtol=1e-3,
+                                       atol=1e-4)
+    assert (host(q.grad[int(cq[-1]):]) == 0).all() and (host(o[int(cq[-1]):]) == 0).all()
+    with pytest.raises(TypeError, match="cu_seqlens_q"):
+        nst.attention_varlen(q, k, v, cu_q.long(), cu_k)
