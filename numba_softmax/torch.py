@@ -21,7 +21,6 @@ of attention is returned by the op but marked non-differentiable: gradients flow
 O only.  Double backward is not supported.
 """
 
-import math
 from typing import Optional
 
 import torch
@@ -260,9 +259,7 @@ def attention(q, k, v, causal=False, scale=None, window=None, softcap=None, alib
     if scale is not None:
         scale = _checks.scale(scale, q.shape[-1])
     left, right = _checks.window(window)
-    softcap = 0.0 if softcap is None else _checks.real(softcap, "softcap")
-    if not (math.isfinite(softcap) and softcap >= 0):
-        raise ValueError(f"softcap must be a finite number >= 0 (0: off), got {softcap}")
+    softcap = _checks.softcap(softcap)
     if alibi_slopes is not None:
         _tensor(alibi_slopes, "alibi_slopes", (torch.float32,))
         alibi_slopes = alibi_slopes.detach()

@@ -16,7 +16,6 @@ CPU tensors, through NumPy.  Imported by :mod:`numba_softmax.torch`, which expor
 :func:`attention_varlen`.
 """
 
-import math
 from typing import Optional
 
 import numpy as np
@@ -138,8 +137,6 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, scale=No
     if scale is not None:
         scale = _checks.scale(scale, q.shape[-1])
     left, right = _checks.window(window)
-    softcap = 0.0 if softcap is None else _checks.real(softcap, "softcap")
-    if not (math.isfinite(softcap) and softcap >= 0):
-        raise ValueError(f"softcap must be a finite number >= 0 (0: off), got {softcap}")
+    softcap = _checks.softcap(softcap)
     return attention_varlen_op(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, left, right,
                                softcap)[0]
