@@ -68,13 +68,20 @@ class PagedKV:
 
     def serve(self, seqs, new):
         """The block table and lengths (before and after ``new`` tokens) of ``seqs`` for the
-        next call: NumPy, so that the package checks them on the host (no device wait)."""
+        next call.  They name only blocks this loop took, so the calls skip their check
+        (``check=False``: no wait on the device), and on a GPU they are copied to the
+        device once for all the layers to read."""
         width = max(len(s["blocks"]) for s in seqs)
         table = np.zeros((len(seqs), width), np.int32)  # entries past a sequence's blocks: unread
         for i, s in enumerate(seqs):
             table[i, :len(s["blocks"])] = s["blocks"]
         lengths = np.array([s["cached"] for s in seqs], np.int32)
-        self.table, self.before, self.after = table, lengths, lengths + np.int32(new)
+        tables = (table, lengths, lengths + np.int32(new))
+        if not self.sim:
+            import torch
+
+            tables = [torch.from_numpy(t).to(self.k[0].device, non_blocking=True) for t in tables]
+        self.table, self.before, self.after = tables
 
     @staticmethod
     def array(x):
@@ -92,9 +99,10 @@ class PagedKV:
         q = q.contiguous()
         if self.sim:
             k_new, v_new, q = (self.array(t.detach().numpy()) for t in (k_new, v_new, q))
-        ns.append_kv(k_new, v_new, self.k[layer], self.v[layer], self.table, self.before)
+        ns.append_kv(k_new, v_new, self.k[layer], self.v[layer], self.table, self.before,
+                     check=False)
         o = ns.paged_attention(q, self.k[layer], self.v[layer], self.table, self.after,
-                               causal=True, scale=scaling)
+                               causal=True, scale=scaling, check=False)
         o = torch.from_numpy(o.copy_to_host()) if self.sim else o
         return o.transpose(1, 2).contiguous(), None
 

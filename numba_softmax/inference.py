@@ -215,15 +215,20 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=F
     return result
 
 
-def append_kv(k_new, v_new, k_cache, v_cache, block_table, cache_seqlens, *, stream=None):
+def append_kv(k_new, v_new, k_cache, v_cache, block_table, cache_seqlens, *, check=True,
+              stream=None):
     """Write new tokens into a paged cache: k_new, v_new (B, Snew, Hkv, D / Dv) go to
     positions cache_seqlens[b] … cache_seqlens[b] + Snew − 1 of each sequence, in the blocks
     its table row names.  The caches are written in place (they are this function's
     output) and returned; ``cache_seqlens`` is not changed — add Snew to it yourself.
     CUDA arrays only, all four of one kind (a NumPy cache would be a copy, so NumPy new
     tokens are copied to the device by the caller first).  A table that lacks
-    the blocks for the new positions is a ``ValueError`` before anything is written."""
+    the blocks for the new positions is a ``ValueError`` before anything is written.
+    ``check=False``: as :func:`paged_attention`'s — device tables are not read on the host
+    (no wait on the device); a bad entry then writes a wrong block of the cache, never
+    outside it."""
     stream = ops.as_stream(stream)
+    check = checks.flag(check, "check")
     names = ("k_new", "v_new", "k_cache", "v_cache")
     ds = checks.described_all(dict(zip(names, (k_new, v_new, k_cache, v_cache))),
                               checks.ATTENTION_DTYPES)
@@ -235,6 +240,6 @@ def append_kv(k_new, v_new, k_cache, v_cache, block_table, cache_seqlens, *, str
     dtable = checks.described(block_table, "block_table")
     dlens = checks.described(cache_seqlens, "cache_seqlens")
     table, seqlens, _ = _tables(dtable, dlens, n_blocks, block_size, ds["k_new"].shape[0],
-                                stream, new_tokens=ds["k_new"].shape[1])
+                                stream, new_tokens=ds["k_new"].shape[1], check=check)
     _append.launch(*dev, table, seqlens, stream=stream, small=plans.simulator_enabled())
     return k_cache, v_cache

@@ -564,12 +564,14 @@ def _plumbing():
                          "kernels.attention.hopper:kernel", (kind, NP[kind], d, d, vec, vn),
                          (A(uint16, 4), A(uint16, 4), A(uint16, 4), A(t, 4), A(float32, 3),
                           float64, boolean), block=128, min_cc=(9, 0), arch="a"))
-    for kind, d in (("f16", 64), ("bf16", 128)):  # h2: the warp-specialized, TMA-fed one
-        out.append(Entry("attention.hopper_ws", f"{kind} D{d}", "kernels.attention.hopper_ws:kernel",
-                         (kind, NP[kind], d, d),
+    # h2 and h3: the warp-specialized, TMA-fed ones
+    for kind, d, cfg in (("f16", 64, "h2"), ("bf16", 128, "h2"), ("f16", 64, "h3"),
+                         ("f16", 128, "h3"), ("bf16", 128, "h3")):
+        out.append(Entry("attention.hopper_ws", f"{kind} D{d} {cfg}",
+                         "kernels.attention.hopper_ws:kernel", (kind, NP[kind], d, d, cfg),
                          (C(uint64, 1), C(uint64, 1), C(uint64, 1), A(ST[kind], 4), A(float32, 3),
-                          int64, int64, float64, boolean), pick=0, block=160, min_cc=(9, 0),
-                         arch="a"))
+                          int64, int64, float64, boolean), pick=0,
+                         block=160 if cfg == "h2" else 384, min_cc=(9, 0), arch="a"))
     for rows, sw in ((64, 1), (16, 0)):
         out.append(Entry("hw.tma", f"box {rows}x64 f16 swizzle {sw}", "kernels.hw.tma:example_kernel",
                          (rows, 64, sw), (C(uint64, 1), int64, int64, int64, C(uint16, 1)), block=128,

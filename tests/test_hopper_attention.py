@@ -1,6 +1,8 @@
-"""h1 and h2, the wgmma attention forwards (kernels/attention/hopper.py, hopper_ws.py),
+"""h1, h2 and h3, the wgmma attention forwards (kernels/attention/hopper.py, hopper_ws.py),
 against the float64 reference: on an sm_90 GPU, and on the simulator (its wgmma and TMA
 twins) at one or two tiles."""
+
+import functools
 
 import numpy as np
 import pytest
@@ -65,11 +67,20 @@ def test_v_read_n_major(dv):
     [(2, 8, 2, 300, 517, 64, 64, False, None), (1, 4, 4, 517, 300, 128, 128, True, None),
      (2, 4, 1, 64, 2048, 128, 64, True, -0.1), (1, 2, 2, 1, 1000, 64, 128, False, None)]),
     ids=lambda c: "b{}-h{}-{}-sq{}-sk{}-d{}-{}{}".format(*c[:7], "-causal" if c[7] else ""))
-def test_warp_specialized_h2(case, dtype):
-    """h2: the same fold fed by TMA through two stages by a producer warp."""
+@pytest.mark.parametrize("config", ["h2", "h3"])
+def test_warp_specialized(case, dtype, config):
+    """h2: the same fold fed by TMA through two stages by a producer warp; h3: two
+    consumer warpgroups (128 query rows) on 128-key tiles, registers moved by setmaxnreg."""
     rng, _ = fresh()
     *shape, scale = case
-    run(rng, *shape[:7], dtype, shape[7], scale=scale, launch=hopper_ws.launch)
+    run(rng, *shape[:7], dtype, shape[7], scale=scale,
+        launch=functools.partial(hopper_ws.launch, config=config))
+
+
+def test_warp_specialized_refuses_an_unknown_config():
+    z = np.zeros((1, 1, 8, 64), np.float16)
+    with pytest.raises(ValueError, match="config"):
+        hopper_ws.launch(z, z, z, z.copy(), np.zeros((1, 1, 8), np.float32), config="h9")
 
 
 def test_negative_scale_float32_output_and_rows_read_value_by_value():

@@ -181,3 +181,31 @@ def test_public_paged_attention_checks_device_tables_and_never_reads_outside():
               *reference(q, k_cache, v_cache, *clamped), F32, f"seed {seed}, check=False")
     with pytest.raises(TypeError, match="check"):
         ns.paged_attention(*dev, table, lengths, check="yes")
+
+
+def test_public_append_kv_check_false_writes_only_inside_the_pool():
+    """ns.append_kv: a device table naming a block outside the pool is a ValueError that
+    writes nothing; with check=False it is not read on the host and the kernel skips the
+    bad rows: every other row lands as the reference writes it, the pool's other blocks
+    keep their values."""
+    import numba_softmax as ns
+
+    rng, seed = fresh()
+    hkv, d, bs = 2, 8, 4
+    k_cache, v_cache, table, lengths = paged_cache(rng, [5, 6], bs, hkv, d, d, F32)
+    k_new, v_new = (random(rng, (2, 1, hkv, d), F32) for _ in range(2))
+    bad = table.copy()
+    bad[1, lengths[1] // bs] = k_cache.shape[0] + 3  # sequence 1's new token: no such block
+    dk, dv = cuda.to_device(k_cache), cuda.to_device(v_cache)
+    with pytest.raises(ValueError, match=r"block_table\[1, "):
+        ns.append_kv(cuda.to_device(k_new), cuda.to_device(v_new), dk, dv,
+                     cuda.to_device(bad), cuda.to_device(lengths))
+    assert np.array_equal(dk.copy_to_host(), k_cache), "a refused call wrote the cache"
+    ns.append_kv(cuda.to_device(k_new), cuda.to_device(v_new), dk, dv, cuda.to_device(bad),
+                 cuda.to_device(lengths), check=False)
+    want_k, want_v = R.append_kv(k_cache, v_cache, table[:1], lengths[:1], k_new[:1], v_new[:1])
+    assert np.array_equal(dk.copy_to_host(), want_k), f"seed {seed}"
+    assert np.array_equal(dv.copy_to_host(), want_v), f"seed {seed}"
+    with pytest.raises(TypeError, match="check"):
+        ns.append_kv(cuda.to_device(k_new), cuda.to_device(v_new), dk, dv, table, lengths,
+                     check=1)

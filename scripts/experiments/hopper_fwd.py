@@ -1,11 +1,13 @@
 #!/usr/bin/env python
-"""h1 and h2, the wgmma attention forwards, beside the package's mma.sync kernel and SDPA.
+"""h1, h2 and h3, the wgmma attention forwards, beside the package's mma.sync kernel, the
+Triton peer (:mod:`numba_softmax.bench.triton_attention`) and SDPA.
 
     python scripts/experiments/hopper_fwd.py [--out FILE]
 
-Needs an sm_90 GPU and PyTorch.  Checks h1 (threads copy the tiles), h1 reading V
-N-major, and h2 (TMA, two stages, a producer warp) against SDPA (float32 math) at each
-shape first, then times them with the mma.sync kernel and SDPA: kernel time behind a sleeping kernel (``_timing.kernel_ms``:
+Needs an sm_90 GPU, PyTorch and Triton.  Checks h1 (threads copy the tiles), h2 (TMA, two
+stages, a producer warp), h3 (two consumer warpgroups, 128-key tiles, setmaxnreg) and the
+Triton peer against SDPA (float32 math) at each shape first, then times them with the
+mma.sync kernel and SDPA: kernel time behind a sleeping kernel (``_timing.kernel_ms``:
 CUDA events, 20 calls a round, the median of 5 rounds); FLOPs 4·B·H·Sq·Sk·D (half with
 causal).
 """
@@ -17,13 +19,15 @@ from pathlib import Path
 import torch
 from numba import cuda
 
+from numba_softmax.bench import triton_attention
 from numba_softmax.kernels.attention import attention_tc, hopper, hopper_ws
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import kernel_ms  # noqa: E402
 
-SHAPES = [(4, 16, 4096, 64, False), (4, 16, 4096, 128, False), (4, 16, 4096, 128, True),
-          (8, 16, 1024, 64, True)]
+SHAPES = [(4, 16, 4096, 64, False), (4, 16, 4096, 128, False), (4, 16, 4096, 64, True),
+          (4, 16, 4096, 128, True), (1, 16, 16384, 128, False), (1, 16, 16384, 128, True)]
+CHECKED = 4  # the first runs are ours and Triton's: checked, and not timed if they fail
 
 
 def main():
@@ -31,37 +35,38 @@ def main():
     p.add_argument("--out", help="also write the table here")
     args = p.parse_args()
     dev = torch.cuda.get_device_name()
-    names = ("h1", "h1 V N-major", "h2", "mma.sync", "SDPA")
+    names = ("h1", "h2", "h3", "triton", "mma.sync", "SDPA")
     lines = [f"fp16 attention forward on {dev}: ms and TFLOP/s (4·B·H·S²·D, half causal); "
              "err: max |O − SDPA in float32|",
              f"{'B':>2} {'H':>3} {'S':>5} {'D':>4} {'causal':>6} "
-             + " ".join(f"{n:>14}" for n in names) + "   err h1 / h1N / h2"]
+             + " ".join(f"{n:>14}" for n in names) + "   err h1 / h2 / h3 / triton"]
     print("\n".join(lines))
     torch.manual_seed(0)
     for b, h, s, d, causal in SHAPES:
         q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.float16) for _ in range(3))
         lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
-        outs = [torch.empty_like(q) for _ in range(4)]
+        outs = [torch.empty_like(q) for _ in range(5)]
         nq, nk, nv, nl = (cuda.as_cuda_array(t) for t in (q, k, v, lse))
         no = [cuda.as_cuda_array(t) for t in outs]
         stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
         runs = [lambda _: hopper.launch(nq, nk, nv, no[0], nl, causal=causal, stream=stream),
-                lambda _: hopper.launch(nq, nk, nv, no[1], nl, causal=causal, stream=stream,
-                                        v_n_major=True),
-                lambda _: hopper_ws.launch(nq, nk, nv, no[2], nl, causal=causal, stream=stream),
-                lambda _: attention_tc.launch(nq, nk, nv, no[3], nl, causal=causal, stream=stream),
+                lambda _: hopper_ws.launch(nq, nk, nv, no[1], nl, causal=causal, stream=stream),
+                lambda _: hopper_ws.launch(nq, nk, nv, no[2], nl, causal=causal, stream=stream,
+                                           config="h3"),
+                lambda _: triton_attention.attention(q, k, v, causal, o=outs[3]),
+                lambda _: attention_tc.launch(nq, nk, nv, no[4], nl, causal=causal, stream=stream),
                 lambda _: torch.nn.functional.scaled_dot_product_attention(q, k, v,
                                                                            is_causal=causal)]
         errs = []
         ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(),
                                                                is_causal=causal)
-        for i in range(3):
+        for i in range(CHECKED):
             try:
                 runs[i](0)
                 torch.cuda.synchronize()
                 errs.append(f"{(outs[i].float() - ref).abs().max().item():.1e}")
             except Exception as e:  # a kernel that fails here is reported, not timed
-                errs.append(f"{type(e).__name__}")
+                errs.append(f"{type(e).__name__}: {str(e)[:60]}")
                 runs[i] = None
         flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
         cells = []

@@ -43,28 +43,49 @@ from ..hw.jit import LOG2E
 from . import hopper_fold
 from .hopper import checked
 
-BM = BN = 64  # query rows (one warpgroup), keys a tile
-STAGES, THREADS, CONSUMERS = 2, 160, 128
-N_BARS = 2 * STAGES + 1  # full and empty of each stage, and Q's
+CONFIGS = {  # name: (consumer warpgroups, keys a tile, registers: producer, consumers)
+    "h2": (1, 64, None),
+    "h3": (2, 128, (40, 232)),
+}
+WG = 128  # threads of a warpgroup, and query rows of a consumer: 64 (two rows a thread)
+STAGES = 2
+
+
+def shape(config):
+    """(BM query rows a block, BN keys a tile, threads a block) of a configuration."""
+    consumers, bn, regs = CONFIGS[config]
+    return 64 * consumers, bn, WG * consumers + (WG if regs else 32)
 
 
 @functools.cache
-def kernel(kind, out_dtype, d, dv):
+def kernel(kind, out_dtype, d, dv, config="h2"):
     """The warp-specialized forward for fp16 (``kind`` "f16") or bf16 ("bf16") tiles,
-    output ``out_dtype``.  Returns (kernel, bytes of dynamic shared memory)."""
-    scores, accumulate = hopper_fold.products(kind, d, dv, BN, BM, True)
+    output ``out_dtype``, in configuration ``config`` (:data:`CONFIGS`).  Returns (kernel,
+    bytes of dynamic shared memory)."""
+    consumers, bn, regs = CONFIGS[config]
+    BM, BN, THREADS = shape(config)
+    scores, accumulate = hopper_fold.products(kind, d, dv, BN, 64, True)
     update, done = hopper_fold.online(kind, dv, BN), hopper_fold.finish(out_dtype, dv)
     NS, NO, KP = BN // 2, dv // 2, BN // 16
-    CHUNK = 64 * 64  # uint16 values in one 64-row, 64-wide swizzled box
+    Q_CHUNK, KV_CHUNK = 64 * 64, BN * 64  # uint16 values in one 64-wide swizzled box
     Q_ELEMS, K_ELEMS, V_ELEMS = BM * d, BN * d, BN * dv
     STAGE = K_ELEMS + V_ELEMS
     TILE_BYTES = 2 * STAGE
     FULL_0, EMPTY_0, Q_BAR = 0, STAGES, 2 * STAGES  # the barriers' slots
+    N_BARS = 2 * STAGES + 1
+    PRODUCER = WG * consumers // 32  # the producer's first warp
+    if regs:  # every thread starts with the mean of the two budgets (168 for h3): what
+        # the producer gives back is exactly what the consumers take from the block's pool
+        start = (regs[0] + consumers * regs[1]) // (consumers + 1)
+        options = dict(launch_bounds=(THREADS, 1), max_registers=start)
+        shrink, grow = wgmma.setmaxnreg_dec(regs[0]), wgmma.setmaxnreg_inc(regs[1])
+    else:
+        options, shrink, grow = {}, None, None
 
-    @jit.kernel
+    @jit.kernel(**options)
     def forward(tq, tk, tv, o, lse, n_kv, sk, scale, causal):
         """tq, tk, tv: tensor maps of q, k, v as (B·H, S, D); o (B, Hq, Sq, Dv), lse
-        (B, Hq, Sq); grid B·Hq·⌈Sq/64⌉ blocks of 160 threads."""
+        (B, Hq, Sq); grid B·Hq·⌈Sq/BM⌉ blocks of THREADS threads."""
         tid = cuda.threadIdx.x
         warp, lane = tid >> 5, tid & 31
         g, t = lane >> 2, lane & 3
@@ -84,19 +105,22 @@ def kernel(kind, out_dtype, d, dv):
         if tid == 0:
             for st in range(STAGES):
                 tma.mbarrier_init(bar, FULL_0 + st, 1)
-                tma.mbarrier_init(bar, EMPTY_0 + st, CONSUMERS)
+                tma.mbarrier_init(bar, EMPTY_0 + st, WG * consumers)
             tma.mbarrier_init(bar, Q_BAR, 1)
         cuda.syncthreads()  # the barriers exist before anyone arrives on or waits for them
 
-        if warp == 4:  # the producer: one lane issues every load
-            if lane == 0 and n_tiles > 0:
+        if warp >= PRODUCER:  # the producer: one lane issues every load
+            if regs:
+                shrink()  # a warpgroup that only issues copies gives its registers away
+            if warp == PRODUCER and lane == 0 and n_tiles > 0:
                 tma.tensormap_acquire(tq)  # the maps were written by the host, through
                 tma.tensormap_acquire(tk)  # another proxy than the copy engine's
                 tma.tensormap_acquire(tv)
                 tma.arrive_expect_tx(bar, Q_BAR, Q_ELEMS * 2)
-                for c in range(d // 64):
-                    tma.tma_load_3d(smem, q_at + c * CHUNK, tq, 64 * c, i0, b * n_h + h, bar,
-                                    Q_BAR)
+                for w in range(consumers):  # each consumer's 64 rows, 64 columns a box
+                    for c in range(d // 64):
+                        tma.tma_load_3d(smem, q_at + w * 64 * d + c * Q_CHUNK, tq, 64 * c,
+                                        i0 + 64 * w, b * n_h + h, bar, Q_BAR)
                 for it in range(n_tiles):
                     st = it % STAGES
                     if it >= STAGES:  # the consumers are done with tile it − STAGES
@@ -105,16 +129,20 @@ def kernel(kind, out_dtype, d, dv):
                     tma.arrive_expect_tx(bar, FULL_0 + st, TILE_BYTES)
                     plane = b * n_kv + hk
                     for c in range(d // 64):
-                        tma.tma_load_3d(smem, at + c * CHUNK, tk, 64 * c, it * BN, plane, bar,
-                                        FULL_0 + st)
+                        tma.tma_load_3d(smem, at + c * KV_CHUNK, tk, 64 * c, it * BN, plane,
+                                        bar, FULL_0 + st)
                     for c in range(dv // 64):
-                        tma.tma_load_3d(smem, at + K_ELEMS + c * CHUNK, tv, 64 * c, it * BN,
-                                        plane, bar, FULL_0 + st)
+                        tma.tma_load_3d(smem, at + K_ELEMS + c * KV_CHUNK, tv, 64 * c,
+                                        it * BN, plane, bar, FULL_0 + st)
                 last = n_tiles - 1  # stay until the last tile is read: its loads are ours
                 tma.wait(bar, EMPTY_0 + last % STAGES, (last // STAGES) & 1)
             return
 
-        # the consumer warpgroup
+        # a consumer warpgroup: 64 query rows, wg·64 … into the block's
+        if regs:
+            grow()  # the registers the producer gave up: S, O and P stay in registers
+        wg, wwarp = warp >> 2, warp & 3
+        my_q = q_at + wg * 64 * d
         sc = float32(abs(scale))
         c2 = sc * float32(LOG2E)
         m = cuda.local.array(2, float32)
@@ -126,14 +154,14 @@ def kernel(kind, out_dtype, d, dv):
             m[rr], l[rr] = -math.inf, 0.0
         for j in range(NO):
             acc[j] = 0.0
-        row = i0 + 16 * warp + g
+        row = i0 + 64 * wg + 16 * wwarp + g
         if n_tiles > 0:
             tma.wait(bar, Q_BAR, 0)  # Q has landed
         for it in range(n_tiles):
             st = it % STAGES
             at = q_at + Q_ELEMS + st * STAGE
             tma.wait(bar, FULL_0 + st, (it // STAGES) & 1)  # K_j and V_j have landed
-            scores(s, smem, q_at, smem, at)  # S = Q K_jᵀ
+            scores(s, smem, my_q, smem, at)  # S = Q K_jᵀ
             if scale < 0:  # scale·QKᵀ = sc·(−QKᵀ)
                 for j in range(NS):
                     s[j] = -s[j]
@@ -169,19 +197,23 @@ def _map(a, rows):
     return tmap
 
 
-def launch(q, k, v, o, lse, *, causal=False, scale=None, stream=0):
+def launch(q, k, v, o, lse, *, causal=False, scale=None, stream=0, config="h2"):
     """Run on C-contiguous 4-D device arrays q (B, Hq, Sq, D), k (B, Hkv, Sk, D),
     v (B, Hkv, Sk, Dv), all float16 or all uint16 (bfloat16 bits), Hq a multiple of Hkv,
     D and Dv 64 or 128; ``o`` (B, Hq, Sq, Dv: q's dtype or float32) and ``lse``
-    (B, Hq, Sq, float32) receive the result.  Needs sm_90 (or the simulator)."""
+    (B, Hq, Sq, float32) receive the result.  ``config``: "h2" or "h3"
+    (:data:`CONFIGS`).  Needs sm_90 (or the simulator)."""
     n_b, n_h, sq, d, n_kv, sk, dv, scale = checked(q, k, v, o, lse, scale)
     if not all(a.flags["C_CONTIGUOUS"] for a in (q, k, v)):
         raise ValueError("q, k, v must be C-contiguous (their tensor maps see (B·H, S, D))")
-    blocks = n_b * n_h * -(-sq // BM)
+    if config not in CONFIGS:
+        raise ValueError(f"config must be one of {sorted(CONFIGS)}, got {config!r}")
+    bm, bn, threads = shape(config)
+    blocks = n_b * n_h * -(-sq // bm)
     if blocks == 0:
         return
     kind = "f16" if q.dtype == np.float16 else "bf16"
-    fwd, shared = kernel(kind, o.dtype, d, dv)
-    maps = [_map(a, 64) for a in (q, k, v)]
-    launcher.launch(fwd, (blocks,), THREADS, stream,
+    fwd, shared = kernel(kind, o.dtype, d, dv, config)
+    maps = [_map(q, 64), _map(k, bn), _map(v, bn)]
+    launcher.launch(fwd, (blocks,), threads, stream,
                     (*maps, o, lse, n_kv, sk, scale, bool(causal)), shared=shared)

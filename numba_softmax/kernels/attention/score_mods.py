@@ -28,7 +28,7 @@ import numpy as np
 from ...runtime import counters
 from ..hw import jit
 
-__all__ = ["modifier", "runtime", "flags", "slope_row", "setup", "tile_modifier",
+__all__ = ["tanh", "modifier", "runtime", "flags", "slope_row", "setup", "tile_modifier",
            "fragment_modifier", "grad_modifier", "transposed_grad_modifier", "LOG2E"]
 LOG2E = 1.0 / math.log(2.0)
 
@@ -55,16 +55,37 @@ def slope_row(slopes, b):
 
 
 @functools.cache
-def modifier(acc, softcap_on, alibi_on):
+def tanh(acc, fast):
+    """Device function tanh(y) in ``acc``.  Under fastmath, ``math.tanh`` of a float32 is
+    the hardware's tanh.approx (relative error near 2⁻¹¹): close enough beside fp16/bf16
+    inputs (``fast``), not for float32 attention, which takes −expm1(−2y) / (2 + expm1(−2y))
+    for y ≥ 0 instead, a few ulps (expm1 has no approximate form)."""
+    two = acc(2.0)
+
+    @jit.device
+    def tanh_of(y):
+        if fast:
+            return math.tanh(y)
+        e = math.expm1(-two * abs(y))  # in (−1, 0]
+        r = -e / (two + e)
+        return r if y >= 0 else -r
+
+    return tanh_of
+
+
+@functools.cache
+def modifier(acc, softcap_on, alibi_on, fast=False):
     """Device function ``modify(x, cap, slope, dist) -> x'`` in the accumulator type
     ``acc``: x a scaled score, ``cap`` the soft-cap, ``slope`` the head's slope and
-    ``dist`` = i + Sk − Sq − j (an integer), all in the kernel's base."""
+    ``dist`` = i + Sk − Sq − j (an integer), all in the kernel's base; ``fast``: the
+    hardware tanh (:func:`tanh`), for the fp16/bf16 tensor-core kernels."""
     one = acc(1.0)
+    tanh_of = tanh(acc, fast)
 
     @jit.device
     def modify(x, cap, slope, dist):
         if softcap_on:
-            x = cap * math.tanh(x * (one / cap))
+            x = cap * tanh_of(x * (one / cap))
         if alibi_on:
             x -= slope * acc(abs(dist))
         return x
@@ -108,7 +129,7 @@ def fragment_modifier(softcap_on, alibi_on, nb):
     of unscaled scores (:mod:`.tc_fold`: ``nb`` column blocks × 4; the lane's rows row and
     row + 8, keys key0 + 8·n + e): each becomes the modified base-e score of sc·s."""
     f32 = numba.float32
-    modify = modifier(f32, softcap_on, alibi_on)
+    modify = modifier(f32, softcap_on, alibi_on, True)
 
     @jit.device
     def modify_frag(s, sc, row, key0, shift, cap, slope):
@@ -122,11 +143,11 @@ def fragment_modifier(softcap_on, alibi_on, nb):
 
 
 @functools.cache
-def grad_modifier(acc, softcap_on, alibi_on):
+def grad_modifier(acc, softcap_on, alibi_on, fast=False):
     """Device function ``modify_grad(x, cap, slope, dist) -> (x', g)``: :func:`modifier`'s
     x' and its derivative g = dx'/dx — 1 − (capped / cap)² with the soft-cap (the capped
     score rebuilt from x: tanh recomputed), else 1 (ALiBi's bias is a constant)."""
-    cap_only, bias = modifier(acc, softcap_on, False), modifier(acc, False, alibi_on)
+    cap_only, bias = modifier(acc, softcap_on, False, fast), modifier(acc, False, alibi_on)
     one = acc(1.0)
 
     @jit.device
@@ -149,7 +170,7 @@ def transposed_grad_modifier(softcap_on, alibi_on, nb):
     of sequence b, query head h: sc·s becomes the modified base-e score, and dPᵀ becomes
     (dPᵀ − D)·g, D = rows[buf, 1, ·] by column, so that dSᵀ = Pᵀ ∘ dPᵀ."""
     f32 = numba.float32
-    modify, setup_mods = grad_modifier(f32, softcap_on, alibi_on), setup(f32, alibi_on, 1.0)
+    modify, setup_mods = grad_modifier(f32, softcap_on, alibi_on, True), setup(f32, alibi_on, 1.0)
 
     @jit.device
     def modify_t(s, dp, rows, buf, sc, key, i0, shift, t, cap, slopes, b, h):

@@ -205,9 +205,11 @@ else:
         kind = getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{_DTYPES[dtype]}")
         sw = (drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzle == SWIZZLE_128B
               else drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE)
+        u32, u64 = drv.cuuint32_t, drv.cuuint64_t  # the bindings take these, not ints
         err, tmap = drv.cuTensorMapEncodeTiled(
-            kind, array.ndim, array.__cuda_array_interface__["data"][0], dims, pitches,
-            box, [1] * array.ndim, drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            kind, array.ndim, array.__cuda_array_interface__["data"][0],
+            [u64(x) for x in dims], [u64(x) for x in pitches], [u32(x) for x in box],
+            [u32(1)] * array.ndim, drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             sw, drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
             drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)  # NONE: zeros
         if err != drv.CUresult.CUDA_SUCCESS:
