@@ -33,6 +33,7 @@ CHECKED = 4  # the first runs are ours and Triton's: checked, and not timed if t
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", help="also write the table here")
+    p.add_argument("--skip", action="append", default=[], help="a kernel not to run (repeatable)")
     args = p.parse_args()
     dev = torch.cuda.get_device_name()
     names = ("h1", "h2", "h3", "triton", "mma.sync", "SDPA")
@@ -57,10 +58,16 @@ def main():
                 lambda _: attention_tc.launch(nq, nk, nv, no[4], nl, causal=causal, stream=stream),
                 lambda _: torch.nn.functional.scaled_dot_product_attention(q, k, v,
                                                                            is_causal=causal)]
+        for i, name in enumerate(names):
+            if name in args.skip:
+                runs[i] = None
         errs = []
         ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(),
                                                                is_causal=causal)
         for i in range(CHECKED):
+            if runs[i] is None:
+                errs.append("skipped")
+                continue
             try:
                 runs[i](0)
                 torch.cuda.synchronize()
