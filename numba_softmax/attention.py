@@ -7,20 +7,26 @@ CuPy, PyTorch CUDA tensors and Numba device arrays → the same kind, on the sam
 """
 
 import math
+import os
 
 import numpy as np
 
 from . import checks, plans
 from .arrays import heads, kinds, layout, ops
 from .arrays.rows import check_alias
+from .runtime import launcher
 from .kernels.attention import attention as _forward
 from .kernels.attention import attention_tc as _tensor_cores
+from .kernels.attention import hopper_ws as _hopper
 from .kernels.attention import merge as _merge
 from .kernels.decode import decode_launch as _decode
 
 __all__ = ["attention", "merge_attention"]
 
 F32 = np.dtype(np.float32)
+# the configuration of the wgmma kernel one-pass fp16/bf16 calls take on sm_90
+# (:mod:`.kernels.attention.hopper_ws`); NUMBA_SOFTMAX_HOPPER=off keeps them on mma.sync
+HOPPER = os.environ.get("NUMBA_SOFTMAX_HOPPER", "h2")
 
 
 def _overlaps_any(d, inputs):
@@ -41,7 +47,10 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
 
     The Sq×Sk score matrix is never formed: one pass over K and V per tile of queries
     keeps each query row's online-softmax state (m, ℓ, O) on chip
-    (:mod:`numba_softmax.kernels.attention.attention`; float16/bfloat16 on tensor cores).
+    (:mod:`numba_softmax.kernels.attention.attention`; float16/bfloat16 on tensor cores:
+    ``mma.sync``, or on Hopper (sm_90) the warp-specialized ``wgmma`` kernel of
+    :mod:`~numba_softmax.kernels.attention.hopper_ws` where it applies — contiguous q, k,
+    v, D and Dv 64 or 128, one pass, no window or score modification).
 
     Parameters
     ----------
@@ -129,7 +138,10 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
         if splits is None and not _decode.few_rows(q4, k4):
             splits = 1  # chosen: enough query tiles to fill the device, one pass
         mods = dict(softcap=softcap, alibi=None if slopes is None else ops.to_device(slopes, stream))
-        if splits == 1:
+        if splits == 1 and kernel is _tensor_cores and _on_hopper(q4, k4, v4, window, mods):
+            _hopper.launch(q4, k4, v4, o4, lse4, causal=causal, scale=scale, stream=stream,
+                           config=HOPPER)
+        elif splits == 1:
             kernel.launch(q4, k4, v4, o4, lse4, causal=causal, window=window, scale=scale,
                           stream=stream, small=small, **mods)
         else:  # split-KV: num_splits ranges of keys, or (None) as many as pay
@@ -147,6 +159,21 @@ def kernel_for(dtype, scale):
     CUDA cores (:mod:`.kernels.attention.attention`), exact in float32 — as does a zero scale, which
     the tensor-core kernel's scaled-exponent form cannot take."""
     return _forward if dtype == F32 or scale == 0 else _tensor_cores
+
+
+def _on_hopper(q4, k4, v4, window, mods):
+    """Whether a one-pass fp16/bf16 call runs on the warp-specialized wgmma kernel: on an
+    sm_90 GPU (not the simulator), D and Dv 64 or 128, no window or score modification,
+    and q, k, v C-contiguous from 16-byte aligned addresses (what a tensor map describes)."""
+    if HOPPER not in _hopper.CONFIGS or plans.simulator_enabled():
+        return False
+    if launcher.device_limits().cc != (9, 0) or window != (-1, -1) or mods["softcap"] \
+            or mods["alibi"] is not None:
+        return False
+    if q4.shape[3] not in _hopper.HEAD_DIMS or v4.shape[3] not in _hopper.HEAD_DIMS:
+        return False
+    return all(a.flags["C_CONTIGUOUS"] and a.__cuda_array_interface__["data"][0] % 16 == 0
+               for a in (q4, k4, v4))
 
 
 def _fill(target, result, stream):

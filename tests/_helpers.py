@@ -76,6 +76,6 @@ def hopper_or_simulator():
     from numba import cuda
 
     try:
-        return cuda.get_current_device().compute_capability >= (9, 0)
+        return cuda.get_current_device().compute_capability == (9, 0)  # wgmma: sm_90a only
     except Exception:  # no GPU at all
         return False

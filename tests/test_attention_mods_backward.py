@@ -17,7 +17,7 @@ from numba_softmax.kernels.backward import attention_backward_tc_launch as TC
 
 from _attention_data import BF16, F16, F32, fresh, poisoned, values
 from _helpers import SIMULATOR, sized
-from test_backward import check_attention, stored
+from test_backward import attention_magnitudes, check_attention, stored
 
 # |kernel − float64 reference| of a half-precision gradient, relative to its largest value
 HALF_TOL = {F16: 1e-2, BF16: 6e-2}
@@ -76,7 +76,9 @@ def test_cuda_core_kernel(index, softcap, alibi):
                                 softcap, alibi)
     got = launch(KA, inputs, slopes, hq, causal=causal, window=window, scale=0.7,
                  softcap=softcap)
-    check_attention(got, want, F32, f"case {CASES[index]}, {softcap}, {alibi}, seed {seed}")
+    sizes = attention_magnitudes(inputs, causal, window, 0.7, softcap, slopes)
+    check_attention(got, want, F32, f"case {CASES[index]}, {softcap}, {alibi}, seed {seed}",
+                    sizes)
 
 
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])

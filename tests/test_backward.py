@@ -416,7 +416,8 @@ def check_attention(got, want, dtype, msg, magnitudes=None):
         np.testing.assert_allclose(g.astype(np.float64), w, err_msg=f"{name} {msg}", **tol)
 
 
-def attention_magnitudes(inputs, causal=False, window=(-1, -1), scale=None):
+def attention_magnitudes(inputs, causal=False, window=(-1, -1), scale=None, softcap=0.0,
+                         alibi_slopes=None):
     """Σ|terms| of each element of (dQ, dK, dV): the backward's sums with every factor
     replaced by its size (P ≥ 0 as it is; dS by P·(|dO||V|ᵀ + Σ|dO∘O|)).  A gradient can
     be far smaller than the terms that cancel in it; float32 rounds relative to these."""
@@ -425,7 +426,7 @@ def attention_magnitudes(inputs, causal=False, window=(-1, -1), scale=None):
     group = q.shape[-3] // k.shape[-3]
     kr, vr = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
-    s = scale * (q @ np.swapaxes(kr, -1, -2))
+    s = R.scores(q, kr, scale, softcap, alibi_slopes)  # (the options' factor g ≤ 1: dropped)
     seen = R.visible(q.shape[-2], k.shape[-2], causal, window) & np.isfinite(lse)[..., None]
     with np.errstate(over="ignore", invalid="ignore"):
         p = np.where(seen, np.exp(np.where(seen, s - lse[..., None], 0.0)), 0.0)

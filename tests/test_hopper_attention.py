@@ -12,7 +12,7 @@ from numba_softmax import reference as R
 from numba_softmax.kernels.attention import hopper, hopper_ws
 
 from _attention_data import BF16, F16, F32, check, fresh, poisoned, random, values
-from _helpers import hopper_or_simulator, sized
+from _helpers import SIMULATOR, hopper_or_simulator, sized
 
 pytestmark = pytest.mark.skipif(not hopper_or_simulator(), reason="wgmma needs sm_90 (or the simulator)")
 
@@ -25,7 +25,7 @@ def run(rng, b, hq, hkv, sq, sk, d, dv, dtype, causal, scale=None, out_dtype=Non
     v = random(rng, (b, hkv, sk, dv), dtype)
     out_dtype = dtype if out_dtype is None else out_dtype
     o, lse = poisoned((b, hq, sq, dv), out_dtype), poisoned((b, hq, sq), F32)
-    dq, dk, dvv = cuda.to_device(q), cuda.to_device(k)[..., :d], cuda.to_device(v)
+    dq, dk, dvv = cuda.to_device(q), cuda.to_device(k)[:, :, :, :d], cuda.to_device(v)
     k = k[..., :d]
     if launch is None:
         hopper.launch(dq, dk, dvv, o, lse, causal=causal, scale=scale, v_n_major=v_n_major)
@@ -99,3 +99,30 @@ def test_refuses_what_it_does_not_run():
         hopper.launch(f, f, f, f, lse)
     with pytest.raises(ValueError, match="scale"):
         hopper.launch(z, z, z, z.copy(), lse, scale=0.0)
+
+
+@pytest.mark.skipif(SIMULATOR, reason="the API routes to the wgmma kernel on an sm_90 GPU only")
+def test_the_public_api_takes_the_wgmma_kernel_where_it_applies(monkeypatch):
+    """ns.attention on sm_90: contiguous fp16 D 64 runs h2/h3 (the reference's answer);
+    a window, a non-contiguous q, or NUMBA_SOFTMAX_HOPPER=off keeps mma.sync."""
+    import numba_softmax as ns
+    from numba_softmax import attention as api
+
+    calls = []
+    launch = hopper_ws.launch
+    monkeypatch.setattr(hopper_ws, "launch", lambda *a, **kw: calls.append(1) or launch(*a, **kw))
+    rng, seed = fresh()
+    q, k, v = (random(rng, (2, 4, 200, 64), F16) for _ in range(3))
+    dq, dk, dv = (cuda.to_device(x) for x in (q, k, v))
+    for causal in (False, True):
+        o, lse = ns.attention(dq, dk, dv, causal=causal, return_lse=True)
+        want = R.attention(values(q), values(k), values(v), causal=causal, return_lse=True)
+        check(o.copy_to_host(), lse.copy_to_host(), *want, F16, f"seed {seed}")
+    assert len(calls) == 2
+    ns.attention(dq, dk, dv, window=(8, 0))
+    ns.attention(cuda.to_device(np.ascontiguousarray(q[:, :, ::2])), dk, dv)  # Sq 100: routed
+    ns.attention(dq[:, :, ::2], dk, dv)  # a stepped q: no tensor map
+    assert len(calls) == 3
+    monkeypatch.setattr(api, "HOPPER", "off")
+    ns.attention(dq, dk, dv)
+    assert len(calls) == 3

@@ -14,6 +14,7 @@ from _helpers import hopper_or_simulator
 sim_only = pytest.mark.skipif(not simulator_enabled(), reason="simulator twins")
 hopper = pytest.mark.skipif(not hopper_or_simulator(),
                             reason="wgmma and TMA need sm_90 (or the simulator)")
+ALIGN = wgmma.TILE_ALIGN  # a module global: a test's kernel takes it as a constant
 
 
 def _operands(rng, rows, k, kind):
@@ -92,7 +93,7 @@ def test_wgmma_a_from_registers(kind):
 
     @cuda.jit
     def k(a, b, d):
-        sb = cuda.shared.array(size, uint16, alignment=wgmma.TILE_ALIGN)
+        sb = cuda.shared.array(size, uint16, alignment=ALIGN)
         tid = cuda.threadIdx.x
         for idx in range(tid, n * 64, 128):
             r, c = idx // 64, idx % 64
@@ -140,7 +141,8 @@ def test_tma_tile_load_zero_fills(row, col, sw):
     # 88 columns: TMA wants each row's stride a multiple of 16 bytes (176)
     src = (np.arange(60 * 88, dtype=np.float32).reshape(60, 88) % 2000 + 1).astype(np.float16)
     box_rows, box_cols = 16, 64
-    tmap = tma.encode_tiled(src, box_rows, box_cols, sw)
+    dsrc = cuda.to_device(src)  # a map describes device memory
+    tmap = tma.encode_tiled(dsrc, box_rows, box_cols, sw)
     out = np.zeros(box_rows * box_cols, np.uint16)
     tma.example_kernel(box_rows, box_cols, sw)[1, 64](tmap, row, col, 0, out)
     want = np.zeros((box_rows, box_cols), np.float16)
@@ -159,7 +161,8 @@ def test_tma_tile_load_zero_fills(row, col, sw):
 @pytest.mark.parametrize("plane,row", [(1, 0), (2, 20), (0, -5), (3, 0)])
 def test_tma_3d_loads_one_plane_and_zero_fills_past_it(plane, row):
     src = (np.arange(3 * 30 * 64, dtype=np.float32).reshape(3, 30, 64) % 1999 + 1).astype(np.float16)
-    tmap = tma.encode_tiled(src, 16, 64, tma.SWIZZLE_128B)
+    dsrc = cuda.to_device(src)
+    tmap = tma.encode_tiled(dsrc, 16, 64, tma.SWIZZLE_128B)
     out = np.zeros(16 * 64, np.uint16)
     tma.example_kernel(16, 64, tma.SWIZZLE_128B, three_d=True)[1, 64](tmap, row, 0, plane, out)
     want = np.zeros((16, 64), np.float16)

@@ -74,7 +74,7 @@ def test_importing_the_module_imports_neither_torch_nor_transformers():
     (dict(sliding_window=0), "sliding_window"),
 ])
 def test_refusals_name_what_they_refuse(kwargs, match):
-    q, k, v = (torch.zeros(1, 2, 3, 8) for _ in range(3))
+    q, k, v = (torch.zeros(1, 2, 3, 8, device=DEVICE) for _ in range(3))
     with pytest.raises(ValueError, match=match):
         nst_hf.attention_forward(Layer(), q, k, v, None, **kwargs)
 

@@ -41,7 +41,7 @@ from ...runtime.sim import simulator_enabled
 from ..hw import jit, tma, wgmma
 from ..hw.jit import LOG2E
 from . import hopper_fold
-from .hopper import checked
+from .hopper import HEAD_DIMS, checked
 
 CONFIGS = {  # name: (consumer warpgroups, keys a tile, registers: producer, consumers)
     "h2": (1, 64, None),
