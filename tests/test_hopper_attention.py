@@ -103,11 +103,12 @@ def test_refuses_what_it_does_not_run():
 
 @pytest.mark.skipif(SIMULATOR, reason="the API routes to the wgmma kernel on an sm_90 GPU only")
 def test_the_public_api_takes_the_wgmma_kernel_where_it_applies(monkeypatch):
-    """ns.attention on sm_90: contiguous fp16 D 64 runs h2/h3 (the reference's answer);
-    a window, a non-contiguous q, or NUMBA_SOFTMAX_HOPPER=off keeps mma.sync."""
+    """ns.attention on sm_90 with NUMBA_SOFTMAX_HOPPER=h2: contiguous fp16 D 64 runs h2
+    (the reference's answer); a window, a non-contiguous q, or "off" keeps mma.sync."""
     import numba_softmax as ns
     from numba_softmax import attention as api
 
+    monkeypatch.setattr(api, "HOPPER", "h2")
     calls = []
     launch = hopper_ws.launch
     monkeypatch.setattr(hopper_ws, "launch", lambda *a, **kw: calls.append(1) or launch(*a, **kw))
