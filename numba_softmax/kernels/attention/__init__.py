@@ -11,6 +11,7 @@
 ``merge``         the (O, LSE) merge of partial results: key ranges of one query row
 ``hopper``        h1 — on Hopper's warpgroup MMA (``wgmma``): Q, K, V in swizzled shared
                   memory, P from registers; the first step towards FlashAttention-3
-``hopper_fold``   one key tile folded into a warpgroup's rows on ``wgmma`` (h1, h2)
-``hopper_ws``     h2 — h1 fed by TMA through a ring of mbarriers by a producer warp
+``hopper_fold``   one key tile folded into a warpgroup's rows on ``wgmma`` (h1, h2, h3)
+``hopper_ws``     h2 — h1 fed by TMA through a ring of mbarriers by a producer warp;
+                  h3 — two consumer warpgroups, 128-key tiles, ``setmaxnreg``
 """

@@ -1,4 +1,4 @@
-"""h2 — h1 fed the way Hopper moves data: TMA, a ring of mbarriers, a producer warp.
+"""h2 and h3 — h1 fed the way Hopper moves data: TMA, a ring of mbarriers, a producer.
 
 h1 (:mod:`.hopper`) copies every tile with the block's own threads between two barriers,
 so the tensor cores wait for the copies and the copies for the tensor cores.  Here one
@@ -21,10 +21,16 @@ specialization, with one consumer warpgroup::
 TMA lands a tile as it lies in memory, 128-byte swizzled: Q and K_j are the K-major
 operands of S = Q K_jᵀ, and V_j is read N-major by O += P V_j (``trans_b``).  The loads
 use 3-D tensor maps over (B·H, S, D), one plane a (batch, head): rows past a sequence's
-end arrive as zeros.  What FlashAttention-3 adds beyond this: two consumer warpgroups
-taking turns (one's softmax under the other's products), ``setmaxnreg`` moving registers
-from the producer to the consumers, and the softmax of tile j under the products of tile
-j + 1 inside one warpgroup.
+end arrive as zeros.
+
+h3 is the same source in another configuration (:data:`CONFIGS`): two consumer
+warpgroups of 64 rows each share every K/V tile (128 query rows a block, half the copies
+a row), tiles of 128 keys (``wgmma m64n128k16``), and a whole producer warpgroup that
+gives its registers to the consumers with ``setmaxnreg`` (40 kept, 232 taken; the kernel
+is built for their mean, 168, so the pool balances).  What FlashAttention-3 adds beyond
+it: the consumers taking turns on named barriers (one's softmax under the other's
+products) and the softmax of tile j under the products of tile j + 1 inside one
+warpgroup.
 
 Needs: q, k, v C-contiguous, D and Dv 64 or 128, fp16 or bf16.  Sources: Shah et al.,
 FlashAttention-3 (2024), sections 3.1 (warp specialization, the producer/consumer ring).
