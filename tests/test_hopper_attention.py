@@ -42,7 +42,8 @@ def run(rng, b, hq, hkv, sq, sk, d, dv, dtype, causal, scale=None, out_dtype=Non
 
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("case", sized(
-    [(1, 2, 1, 40, 50, 64, 64, False),    # GQA, one tile each, Sk past the tile's keys masked
+    [(1, 1, 1, 8, 20, 64, 64, True),      # the smallest: one tile, causal (the quick tier's)
+     (1, 2, 1, 40, 50, 64, 64, False),    # GQA, one tile each, Sk past the tile's keys masked
      (1, 1, 1, 24, 9, 128, 64, True)],    # D 128 in two chunks; causal Sq > Sk: empty rows
     [(2, 8, 2, 300, 517, 64, 64, False), (1, 4, 4, 517, 300, 128, 128, True),
      (2, 4, 1, 64, 2048, 128, 64, True), (1, 2, 2, 1, 1000, 64, 128, False)]),
@@ -62,7 +63,8 @@ def test_v_read_n_major(dv):
 
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("case", sized(
-    [(1, 1, 1, 16, 130, 64, 64, False, None),   # 3 key tiles: the two stages reused
+    [(1, 1, 1, 8, 40, 64, 64, False, None),     # the smallest: one tile (the quick tier's)
+     (1, 1, 1, 16, 130, 64, 64, False, None),   # 3 key tiles: the two stages reused
      (1, 1, 1, 70, 60, 128, 64, True, -0.2)],   # Sq > Sk causal: empty rows; D 128
     [(2, 8, 2, 300, 517, 64, 64, False, None), (1, 4, 4, 517, 300, 128, 128, True, None),
      (2, 4, 1, 64, 2048, 128, 64, True, -0.1), (1, 2, 2, 1, 1000, 64, 128, False, None)]),
