@@ -121,9 +121,11 @@ def test_refuses_what_it_does_not_run():
 def test_the_public_api_takes_the_wgmma_kernel_where_it_applies(monkeypatch):
     """ns.attention on sm_90 with NUMBA_SOFTMAX_HOPPER=h2: contiguous fp16 D 64 runs h2
     (the reference's answer); a window, a non-contiguous q, or "off" keeps mma.sync."""
-    import numba_softmax as ns
-    from numba_softmax import attention as api
+    import importlib
 
+    import numba_softmax as ns
+
+    api = importlib.import_module("numba_softmax.attention")  # the module, not the function
     monkeypatch.setattr(api, "HOPPER", "h2")
     calls = []
     launch = hopper_ws.launch

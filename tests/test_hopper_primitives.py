@@ -89,7 +89,7 @@ def test_wgmma_a_from_registers(kind):
     b, bbits = _operands(rng, n, 16, kind)
     a32 = a.astype(np.float32)
 
-    size = n * 64  # a compile-time constant for the shared array
+    size, half = n * 64, n // 2  # compile-time constants for the arrays
 
     @cuda.jit
     def k(a, b, d):
@@ -105,7 +105,7 @@ def test_wgmma_a_from_registers(kind):
         for r in range(4):  # a0 (g, 2t) a1 (g+8, 2t) a2 (g, 2t+8) a3 (g+8, 2t+8)
             row, col = 16 * w + g + 8 * (r & 1), 2 * t + 8 * (r >> 1)
             frag[0, r] = pack(a[row, col], a[row, col + 1])
-        acc = cuda.local.array(n // 2, float32)
+        acc = cuda.local.array(half, float32)
         for j in range(n // 2):
             acc[j] = float32(1)
         wgmma.wgmma_fence()
@@ -135,10 +135,12 @@ def test_bad_shapes_are_refused():
 
 @hopper
 @pytest.mark.parametrize("row,col,sw", [(0, 0, tma.NONE), (40, 56, tma.NONE),
-                                        (-3, 20, tma.NONE), (8, 0, tma.SWIZZLE_128B),
+                                        (-3, 24, tma.NONE), (8, 0, tma.SWIZZLE_128B),
                                         (50, 40, tma.SWIZZLE_128B)])
 def test_tma_tile_load_zero_fills(row, col, sw):
-    # 88 columns: TMA wants each row's stride a multiple of 16 bytes (176)
+    # 88 columns: TMA wants each row's stride a multiple of 16 bytes (176); a box's first
+    # column a multiple of 16 bytes too (col 20, 40 bytes, stopped an H100 with an
+    # illegal instruction, taking the process's context with it)
     src = (np.arange(60 * 88, dtype=np.float32).reshape(60, 88) % 2000 + 1).astype(np.float16)
     box_rows, box_cols = 16, 64
     dsrc = cuda.to_device(src)  # a map describes device memory
