@@ -189,8 +189,8 @@ else:
         (row stride a multiple of 16 bytes), or of one plane of a 3-D one (planes, rows,
         cols; plane stride a multiple of 16 bytes too), as 16 uint64 words: copy them to
         the device.  Keep a load's first column a multiple of 16 bytes as well: a box of
-        fp16 starting at column 20 (40 bytes), three rows above the array, stopped an
-        H100 with an illegal instruction (the kernels here load at multiples of 64)."""
+        fp16 starting at column 20 (40 bytes), three rows above the array, stopped the
+        GPU with an illegal instruction (the kernels here load at multiples of 64)."""
         import ctypes
 
         from cuda.bindings import driver as drv
