@@ -4,7 +4,10 @@
 cores, float16/bfloat16 on tensor cores where that kernel exists) against PyTorch's
 ``scaled_dot_product_attention`` in the *same* dtype, causal off and on, D = 64 and 128,
 (B, H) = (16384 / S, 8): the same tokens for every S, (4, 8) at S = 4096 as the attention targets'
-table.  4·B·H·S²·D flops (halved causal), TFLOP/s, % of the device's peak, × SDPA.
+table.  4·B·H·S²·D flops (halved causal), TFLOP/s, % of the device's peak, × SDPA.  Where
+Triton imports, the fp16/bf16 rows also time the Triton peer
+(:mod:`.triton_attention`: FlashAttention-2 as Triton's tutorial writes it), checked
+against SDPA first like ours.
 
 **decode** — one new token (Sq = 1) per sequence against a KV cache of ``ctx`` tokens,
 grouped-query heads Hq = 32, Hkv = 8, D = 128 (the decode targets' shapes): ours split-KV (``num_splits``
@@ -122,6 +125,28 @@ def forward(b, attention, dtype, d, s, causal, batch, heads):
 
         b.record(b.timer.device(peer, k_sets), impl="torch.sdpa", level="kernel", array="torch",
                  **row)
+        _triton_row(b, sets, k_sets, dtype, d, s, causal, sdpa, row)
+
+
+def _triton_row(b, sets, k_sets, dtype, d, s, causal, sdpa, row):
+    """The Triton peer's row (fp16/bf16, D 64/128, S a multiple of 128), if Triton imports."""
+    if dtype == "float32" or d not in (64, 128) or s % 128:
+        return
+    try:
+        from . import triton_attention
+    except Exception:  # noqa: BLE001 - no Triton (or a broken one): no Triton row
+        return
+
+    def peer(i):
+        q, k, v, _ = sets[i]
+        with b.on_stream("torch"):
+            triton_attention.attention(q, k, v, causal)
+
+    q, k, v, _ = sets[0]
+    with b.on_stream("torch"):
+        got = triton_attention.attention(q, k, v, causal)  # (also the autotuner's sweep)
+    _check(b, got, sdpa(q, k, v, is_causal=causal), f"triton attention {dtype} D{d} S{s}")
+    b.record(b.timer.device(peer, k_sets), impl="triton", level="kernel", array="torch", **row)
 
 
 # --- decode ----------------------------------------------------------------------------------
