@@ -71,13 +71,16 @@ def sass(module, args, sig):
 
 
 def ptx_sass(ptx, max_registers=None):
-    """(registers, spill bytes, SASS text) of PTX assembled by ptxas for sm_90."""
+    """(registers, spill bytes, SASS text) of PTX assembled by ptxas for sm_90 — sm_90a
+    for the kernels whose instructions only it has (wgmma, setmaxnreg, TMA)."""
     d = tempfile.mkdtemp()
+    arch = "sm_90a" if re.search(r"wgmma\.|setmaxnreg|cp\.async\.bulk\.tensor", ptx) else "sm_90"
     with open(f"{d}/k.ptx", "w") as f:
-        f.write(re.sub(r"^\.version 9\.\d+", ".version 9.0", ptx, flags=re.M).replace("sm_90a", "sm_90"))
+        text = re.sub(r"^\.version 9\.\d+", ".version 9.0", ptx, flags=re.M)
+        f.write(text if arch == "sm_90a" else text.replace("sm_90a", "sm_90"))
     relocatable = ["-c"] if "cudaCGGetIntrinsicHandle" in ptx else []  # cooperative: cudadevrt
     cap = [f"-maxrregcount={max_registers}"] if max_registers else []
-    r = subprocess.run(["ptxas", "-arch=sm_90", "-v", *relocatable, *cap, f"{d}/k.ptx", "-o", f"{d}/k.cubin"],
+    r = subprocess.run(["ptxas", f"-arch={arch}", "-v", *relocatable, *cap, f"{d}/k.ptx", "-o", f"{d}/k.cubin"],
                        capture_output=True, text=True, check=True)
     text = subprocess.run([nvdisasm(), "-c", f"{d}/k.cubin"], capture_output=True, text=True,
                           check=True).stdout
