@@ -167,7 +167,12 @@ def _on_hopper(q4, k4, v4, window, mods):
     """Whether a one-pass fp16/bf16 call runs on the warp-specialized wgmma kernel: on an
     sm_90 GPU (not the simulator), D and Dv 64 or 128, no window or score modification,
     and q, k, v C-contiguous from 16-byte aligned addresses (what a tensor map describes)."""
-    if HOPPER not in _hopper.CONFIGS or plans.simulator_enabled():
+    if HOPPER == "off":
+        return False
+    if HOPPER not in _hopper.CONFIGS:
+        raise ValueError(f"NUMBA_SOFTMAX_HOPPER must be off or one of {sorted(_hopper.CONFIGS)}, "
+                         f"got {HOPPER!r}")
+    if plans.simulator_enabled():
         return False
     if launcher.device_limits().cc != (9, 0) or window != (-1, -1) or mods["softcap"] \
             or mods["alibi"] is not None:

@@ -145,3 +145,15 @@ def test_the_public_api_takes_the_wgmma_kernel_where_it_applies(monkeypatch):
     monkeypatch.setattr(api, "HOPPER", "off")
     ns.attention(dq, dk, dv)
     assert len(calls) == 3
+
+
+def test_an_unknown_hopper_setting_is_refused_by_name(monkeypatch):
+    import importlib
+
+    import numba_softmax as ns
+
+    api = importlib.import_module("numba_softmax.attention")
+    monkeypatch.setattr(api, "HOPPER", "h9")
+    q = np.zeros((1, 1, 40, 64), np.float16)  # 40 rows: one pass, where the setting is read
+    with pytest.raises(ValueError, match="NUMBA_SOFTMAX_HOPPER"):
+        ns.attention(q, q, q)
