@@ -6,6 +6,7 @@
 ``table_check``    checking a block table where it lives
 ``append``         writing new tokens into a paged cache, the step before each decode
 ``decode_tc``      d3 — split-KV decoding on tensor cores, each warp its own copy pipeline
+``decode_tc_pages``  its copies: a warp's tile from the dense arrays or through the block table
 ``decode_tc_tiles``  its tiles: a launch configuration and the shared memory it takes
 ``decode_launch``  which decode kernel, how many splits, one launch
 """
