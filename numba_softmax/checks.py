@@ -26,8 +26,8 @@ from .kernels.topk.topk import MAX_K
 
 __all__ = ["ATTENTION_DTYPES", "described", "described_all", "flag", "scale", "window",
            "num_splits", "integer", "real", "temperature", "top_k", "top_p", "qkv", "out",
-           "merge_pair", "attention_grads", "packed_qkv", "offsets", "max_seqlen", "tables",
-           "refuse_tables", "table_findings", "softcap", "alibi_slopes", "refuse_mods"]
+           "merge_pair", "attention_grads", "packed_qkv", "offsets", "max_seqlen", "softcap",
+           "alibi_slopes"]
 
 ATTENTION_DTYPES = (np.dtype(np.float16), kinds.BFLOAT16, np.dtype(np.float32))
 I32 = np.dtype(np.int32)
@@ -131,13 +131,6 @@ def alibi_slopes(x, lead):
     if not np.isfinite(host).all():
         raise ValueError("alibi_slopes must be finite")
     return host
-
-
-def refuse_mods(cap, slopes, where):
-    """ValueError naming the option for a path that does not take it yet."""
-    for name, on in (("softcap", softcap(cap) > 0), ("alibi_slopes", slopes is not None)):
-        if on:
-            raise ValueError(f"{name} is not supported with {where} yet")
 
 
 def num_splits(value):

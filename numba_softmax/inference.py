@@ -162,15 +162,17 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=F
     nothing outside the cache or the table row whatever they hold, and the call waits for
     both).  ``check=False`` skips that check — for a serving loop whose tables are known
     good, so that the call never waits on the device; a bad entry then gives a wrong
-    result, not an error.  ``softcap``, ``alibi_slopes``: not yet taken by the decode
-    kernels — anything but None (or a softcap of 0) is a ``ValueError``.
+    result, not an error.  ``softcap``, ``alibi_slopes`` ((Hq,) or (B, Hq) float32): the
+    score modifications of :func:`numba_softmax.attention`, with Sk = cache_seqlens[b].
     """
-    checks.refuse_mods(softcap, alibi_slopes, "paged_attention")
     stream = ops.as_stream(stream)
     check = checks.flag(check, "check")
     arrays = (q, k_cache, v_cache, block_table, cache_seqlens, None)  # None: no out=
-    plan_key, plan, ptrs = plans.lookup(("paged_attention", causal, window, scale, return_lse,
-                                         num_splits, check), arrays, stream)
+    plan_key, plan, ptrs = None, None, None  # slopes are read on the host each call: no plan
+    if alibi_slopes is None:
+        plan_key, plan, ptrs = plans.lookup(("paged_attention", causal, window, scale,
+                                             return_lse, num_splits, check, softcap), arrays,
+                                            stream)
     if plan is not None:  # a repeat call: its layouts were checked when it was recorded
         if not check:
             return plan(arrays, stream, ptrs)
@@ -190,6 +192,8 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=F
     _paged.check_shapes(dq, dk, dv, dtable, dlens)
     causal, return_lse = checks.flag(causal, "causal"), checks.flag(return_lse, "return_lse")
     window, splits = checks.window(window), checks.num_splits(num_splits)
+    softcap = checks.softcap(softcap)
+    slopes = checks.alibi_slopes(alibi_slopes, tuple(dq.shape[:2]))
     n_blocks, block_size = dk.shape[:2]
     b, hq, sq, d = dq.shape
     d_v = dv.shape[3]
@@ -205,9 +209,10 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=F
                                              check=check, queue=True)
             q4 = heads.view(dq, 2, stream)
             kc, vc = _cache_views([("k_cache", dk), ("v_cache", dv)], stream)
+            alibi = None if slopes is None else ops.to_device(slopes, stream)
             _paged.launch(q4, kc, vc, table, seqlens, o4, lse3, causal=causal, window=window,
                           scale=scale, num_splits=splits, stream=stream,
-                          small=plans.simulator_enabled())
+                          small=plans.simulator_enabled(), softcap=softcap, alibi=alibi)
         result = rec.done(heads.Result(kind, dtype), o_buf, *lse_bufs)
         found = _table_check.read(stream) if queued else None
     if found is not None:

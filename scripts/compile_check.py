@@ -417,6 +417,11 @@ def _attention():
             ("bf16", 128, 4, True, 1, "D128 paged unaligned W1")):
         out.append(Entry("decode", f"{d} {cfg}", DEC, (NP[d], hd, hd, rows, 8, paged, w), dec(d),
                          block=256))
+    # with the score modifications: (scale, softcap, slopes) at argument 10
+    for d, paged, cap, alibi in (("f32", True, True, True), ("f64", False, True, False)):
+        out.append(Entry("decode", f"{d} D128 GQA 4 rows" + " paged" * paged + " softcap" * cap
+                         + " alibi" * alibi, DEC, (NP[d], 128, 128, 4, 8, paged, 4, cap, alibi),
+                         _with_mods(dec(d), 10), block=256))
     DTC = "kernels.decode.decode_tc:kernel"  # tensor cores: tiles_for — 8 warps × 16 keys × 2
     for d, hd, rows, warps, stages, lay, cfg in (  # stages for few blocks, else 8 × 16 × 3
             ("f16", 128, 4, 8, 2, "dense", "D128 B1 GQA 8x16x2"),
@@ -430,6 +435,10 @@ def _attention():
             ("f16", 64, 4, 8, 2, "dense", "D64 B1 GQA 8x16x2")):
         out.append(Entry("decode_tc", f"{d} {cfg}", DTC, (NP[d], hd, hd, rows, warps, 16, stages, lay),
                          dec(d), block=32 * warps))
+    for d, lay, cap, alibi in (("f16", "pages", True, True), ("bf16", "dense", False, True)):
+        out.append(Entry("decode_tc", f"{d} D128 B16 GQA 8x16x3 {lay}" + " softcap" * cap
+                         + " alibi" * alibi, DTC, (NP[d], 128, 128, 4, 8, 16, 3, lay, cap, alibi),
+                         _with_mods(dec(d), 10), block=256))
     # the paged cache's writes and its table check
     for d in ("f32", "f16", "bf16"):
         out.append(Entry("append_kv", f"{d} D128", "kernels.decode.append:kernel", (NP[d], 128, 128, W16[d]),

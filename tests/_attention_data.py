@@ -1,8 +1,11 @@
 """Test data for the attention kernels: fresh seeds, poisoned outputs, bfloat16 bits,
-random paged caches, and the one comparison against the float64 references."""
+random paged caches, the one comparison against the float64 references, and flash-attn's
+rule for low precision (a plain same-precision implementation, and the bound it sets)."""
 
 import numpy as np
 from numba import cuda
+
+from numba_softmax import reference as R
 
 F16, F32, BF16 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.uint16)
 # |device − float64 reference|: float32 accumulates in float32 (fast exp); float16 and
@@ -76,3 +79,34 @@ def paged_cache(rng, lengths, block_size, hkv, d, dv, dtype, shared_prefix=0, sp
     k_cache = random(rng, (n_blocks, block_size, hkv, d), dtype)
     v_cache = random(rng, (n_blocks, block_size, hkv, dv), dtype)
     return k_cache, v_cache, table, np.asarray(lengths, np.int32)
+
+
+def lowp(q, k, v, causal, scale, softcap, slopes, dtype):
+    """A plain implementation in the storage precision (flash-attn's ``upcast=False``
+    reference): every intermediate — S, the capped S, S + bias, P, P V — rounded to it."""
+    rnd = (lambda x: values(to_bf16(x))) if np.dtype(dtype) == BF16 else (
+        lambda x: np.asarray(x, np.float32).astype(dtype).astype(np.float64))
+    q, k, v = (values(x) for x in (q, k, v))
+    g = q.shape[-3] // k.shape[-3]
+    k, v = np.repeat(k, g, axis=-3), np.repeat(v, g, axis=-3)
+    s = rnd(rnd(q @ np.swapaxes(k, -1, -2)) * scale)
+    if softcap:
+        s = rnd(softcap * np.tanh(s / softcap))
+    sq, sk = s.shape[-2:]
+    if slopes is not None:
+        dist = np.abs(np.arange(sq)[:, None] + sk - sq - np.arange(sk)[None, :])
+        s = rnd(s - rnd(slopes.astype(np.float64)[..., None, None] * dist))
+    s = np.where(R.visible(sq, sk, causal), s, -np.inf)
+    m = s.max(-1, keepdims=True) if sk else np.zeros(s.shape[:-1] + (1,))
+    m = np.where(np.isneginf(m), 0, m)
+    e = np.exp(s - m)
+    den = e.sum(-1, keepdims=True)
+    p = rnd(np.where(den > 0, e / np.where(den > 0, den, 1), 0))
+    return rnd(p @ v)
+
+
+def rule(o, ref, low, msg):
+    """flash-attn's rule: |o − ref| <= 2·|low − ref| (+ a floor for exact cases)."""
+    assert not np.isnan(o).any(), f"NaN in the output {msg}"
+    err, base = np.max(np.abs(o - ref), initial=0), np.max(np.abs(low - ref), initial=0)
+    assert err <= 2 * base + 1e-5, f"error {err:.3g} > 2 × {base:.3g} + 1e-5 {msg}"

@@ -1,8 +1,8 @@
 """The score modifications — ``softcap`` and ``alibi_slopes``, flash-attn's — on every path
 that takes them: the float64 references (against flash-attn's written definition, and the
 backward against finite differences), the CUDA-core and tensor-core forward kernels on
-poisoned outputs, split-KV, ``attention`` and ``attention_varlen``, the checks of bad
-input, the paths that refuse them by name, and a Hypothesis property over irregular
+poisoned outputs, split-KV, ``attention`` and ``attention_varlen`` (paged decoding:
+``test_paged.py``), the checks of bad input, and a Hypothesis property over irregular
 shapes with fresh data.  Low-precision results follow flash-attn's rule: the error
 against the float64 reference at most 2× that of a plain same-precision implementation.
 """
@@ -20,7 +20,7 @@ from numba_softmax import reference as R
 from numba_softmax.kernels.attention import attention as KA
 from numba_softmax.kernels.attention import attention_tc as KT
 
-from _attention_data import BF16, F16, F32, TOL, check, fresh, poisoned, random, to_bf16, values
+from _attention_data import BF16, F16, F32, TOL, check, fresh, lowp, poisoned, random, rule, values
 from _helpers import SIMULATOR, sized
 
 
@@ -28,37 +28,6 @@ def slopes_for(rng, b, hq, per_batch):
     """ALiBi slopes as models draw them (2^(−8h/H)-like, here random in (0, 1])."""
     shape = (b, hq) if per_batch else (hq,)
     return rng.uniform(0.05, 1.0, shape).astype(np.float32)
-
-
-def lowp(q, k, v, causal, scale, softcap, slopes, dtype):
-    """A plain implementation in the storage precision (flash-attn's ``upcast=False``
-    reference): every intermediate — S, the capped S, S + bias, P, P V — rounded to it."""
-    rnd = (lambda x: values(to_bf16(x))) if np.dtype(dtype) == BF16 else (
-        lambda x: np.asarray(x, np.float32).astype(dtype).astype(np.float64))
-    q, k, v = (values(x) for x in (q, k, v))
-    g = q.shape[-3] // k.shape[-3]
-    k, v = np.repeat(k, g, axis=-3), np.repeat(v, g, axis=-3)
-    s = rnd(rnd(q @ np.swapaxes(k, -1, -2)) * scale)
-    if softcap:
-        s = rnd(softcap * np.tanh(s / softcap))
-    sq, sk = s.shape[-2:]
-    if slopes is not None:
-        dist = np.abs(np.arange(sq)[:, None] + sk - sq - np.arange(sk)[None, :])
-        s = rnd(s - rnd(slopes.astype(np.float64)[..., None, None] * dist))
-    s = np.where(R.visible(sq, sk, causal), s, -np.inf)
-    m = s.max(-1, keepdims=True) if sk else np.zeros(s.shape[:-1] + (1,))
-    m = np.where(np.isneginf(m), 0, m)
-    e = np.exp(s - m)
-    den = e.sum(-1, keepdims=True)
-    p = rnd(np.where(den > 0, e / np.where(den > 0, den, 1), 0))
-    return rnd(p @ v)
-
-
-def rule(o, ref, low, msg):
-    """flash-attn's rule: |o − ref| <= 2·|low − ref| (+ a floor for exact cases)."""
-    assert not np.isnan(o).any(), f"NaN in the output {msg}"
-    err, base = np.max(np.abs(o - ref), initial=0), np.max(np.abs(low - ref), initial=0)
-    assert err <= 2 * base + 1e-5, f"error {err:.3g} > 2 × {base:.3g} + 1e-5 {msg}"
 
 
 # --- the references ---------------------------------------------------------------------
@@ -194,7 +163,7 @@ def test_attention_varlen():
     np.testing.assert_allclose(lse, ref_lse, rtol=1e-5, atol=2e-5, err_msg=f"seed {seed}")
 
 
-# --- bad input, and the paths that do not take the options yet --------------------------
+# --- bad input --------------------------------------------------------------------------
 def _qkv():
     return (np.zeros((2, 4, 3, 8), np.float32), np.zeros((2, 2, 5, 8), np.float32),
             np.zeros((2, 2, 5, 8), np.float32))
@@ -215,16 +184,6 @@ def test_bad_softcap(value, error):
 def test_bad_alibi_slopes(slopes, error):
     with pytest.raises(error, match="alibi_slopes"):
         ns.attention(*_qkv(), alibi_slopes=slopes)
-
-
-def test_paths_not_done_refuse_by_name():
-    q, k, v = _qkv()
-    caches = np.zeros((2, 4, 2, 8), np.float32)
-    table, lens = np.array([[0], [1]], np.int32), np.array([3, 4], np.int32)
-    with pytest.raises(ValueError, match="softcap is not supported with paged_attention"):
-        ns.paged_attention(q, caches, caches, table, lens, softcap=30.0)
-    with pytest.raises(ValueError, match="alibi_slopes is not supported with paged_attention"):
-        ns.paged_attention(q, caches, caches, table, lens, alibi_slopes=np.ones(4, np.float32))
 
 
 # --- the property ------------------------------------------------------------------------

@@ -1,7 +1,10 @@
 """Paged KV-cache decoding and appending, kernel level, against the NumPy twins
 (:func:`numba_softmax.reference.paged_attention`, ``append_kv``): shuffled block tables
 with shared prefixes, odd lengths and block sizes, an empty sequence, windows, causal
-speculative rows, GQA groups and MQA, splits; and the host validator's errors."""
+speculative rows, GQA groups and MQA, splits, soft-capping and ALiBi on both decode
+kernels; and the host validator's errors."""
+
+import math
 
 import numpy as np
 import pytest
@@ -12,7 +15,8 @@ from numba_softmax import reference as R
 from numba_softmax.kernels.decode import append as KAp
 from numba_softmax.kernels.decode import paged as KP
 
-from _attention_data import BF16, F16, F32, check, fresh, paged_cache, poisoned, random, values
+from _attention_data import (BF16, F16, F32, LSE_TOL, check, fresh, lowp, paged_cache, poisoned,
+                             random, rule, values)
 from _helpers import SIMULATOR, sized
 
 SMALL = dict(small=SIMULATOR)
@@ -53,6 +57,76 @@ def test_paged_matches_reference(hq, hkv, sq, bs, lengths, causal, window, split
                        num_splits=splits)
     check(o, lse, *reference(q, k_cache, v_cache, table, lengths, causal=causal, window=window),
           dtype, f"seed {seed}")
+
+
+# (Hq, Hkv, Sq, block size, lengths, causal, splits, dtype, softcap, alibi): float32 runs
+# on the CUDA-core decode kernel, float16/bfloat16 on the tensor-core one
+MOD_CASES = [
+    (4, 2, 1, 4, [13, 0, 6], False, None, F32, 5.0, "per_head"),
+    (4, 1, 3, 5, [11, 7], True, 2, F16, 2.0, None),       # speculative rows, rows layout
+    (2, 2, 2, 8, [19], True, 3, BF16, 0.0, "per_batch"),
+    (8, 2, 1, 4, [9, 16], False, None, F16, 30.0, "per_batch"),
+]
+
+
+@pytest.mark.parametrize("hq, hkv, sq, bs, lengths, causal, splits, dtype, cap, alibi", MOD_CASES)
+def test_score_modifications(hq, hkv, sq, bs, lengths, causal, splits, dtype, cap, alibi):
+    """Soft-capping and ALiBi (per head, per sequence) against the float64 reference with
+    Sk = each sequence's length; float16/bfloat16 by flash-attn's rule, sequence by
+    sequence (a plain same-precision implementation on the gathered keys)."""
+    rng, seed = fresh()
+    if not SIMULATOR:
+        bs, lengths = bs * 16 + 1 if bs == 5 else bs * 16, [n * 97 + 1 for n in lengths]
+    d, dv = sized((16, 8), (128, 128))
+    k_cache, v_cache, table, lengths = paged_cache(rng, lengths, bs, hkv, d, dv, dtype, 1)
+    b = len(lengths)
+    q = random(rng, (b, hq, sq, d), dtype, spread=3.0)
+    sl = None if alibi is None else rng.uniform(0.05, 1.0, (b, hq) if alibi == "per_batch"
+                                                 else (hq,)).astype(F32)
+    dev_sl = None if sl is None else cuda.to_device(sl.reshape(-1, hq))
+    o, lse = run_paged(q, k_cache, v_cache, table, lengths, causal=causal, num_splits=splits,
+                       softcap=cap, alibi=dev_sl)
+    ref_o, ref_lse = reference(q, k_cache, v_cache, table, lengths, causal=causal, softcap=cap,
+                               alibi_slopes=sl)
+    msg = f"seed {seed}"
+    if dtype == F32:
+        return check(o, lse, ref_o, ref_lse, F32, msg)
+    empty = np.isneginf(ref_lse)
+    assert np.array_equal(np.isneginf(lse), empty) and np.all(values(o)[empty] == 0), msg
+    # the fp16/bf16 kernels cap with the hardware's tanh (relative error near 2⁻¹¹): an
+    # LSE off by up to cap·2⁻¹¹ beside the exact one
+    np.testing.assert_allclose(lse[~empty], ref_lse[~empty], rtol=LSE_TOL[dtype]["rtol"],
+                               atol=LSE_TOL[dtype]["atol"] + cap * 2.0**-10, err_msg=msg)
+    for i, n in enumerate(lengths):
+        kb, vb = (np.swapaxes(R.gather_kv(c, table, i, n), 0, 1)[None] for c in (k_cache, v_cache))
+        row_sl = None if sl is None else (sl[i] if sl.ndim == 2 else sl)[None]
+        low = lowp(q[i:i + 1], kb, vb, causal, 1 / np.sqrt(d), cap, row_sl, dtype)
+        rule(values(o)[i:i + 1], ref_o[i:i + 1], low, f"{msg}, sequence {i}")
+
+
+def test_public_paged_attention_takes_the_score_modifications():
+    """ns.paged_attention with softcap and (B, Hq) slopes: the reference, inputs unchanged;
+    bad options refused by name."""
+    import numba_softmax as ns
+
+    rng, seed = fresh()
+    hq, hkv, d, bs = 4, 2, 8, 4
+    k_cache, v_cache, table, lengths = paged_cache(rng, [6, 9], bs, hkv, d, d, F32)
+    q = random(rng, (2, hq, 2, d), F32, spread=3.0)
+    sl = rng.uniform(0.05, 1.0, (2, hq)).astype(F32)
+    before = [x.copy() for x in (q, k_cache, v_cache, table, lengths, sl)]
+    for table_, lengths_ in ((table, lengths), (cuda.to_device(table), cuda.to_device(lengths))):
+        o, lse = ns.paged_attention(q, k_cache, v_cache, table_, lengths_, causal=True,
+                                    softcap=4.0, alibi_slopes=sl, return_lse=True)
+        check(o, lse, *reference(q, k_cache, v_cache, table, lengths, causal=True, softcap=4.0,
+                                 alibi_slopes=sl), F32, f"seed {seed}")
+    assert all(np.array_equal(a, c) for a, c in
+               zip(before, (q, k_cache, v_cache, table, lengths, sl))), "inputs modified"
+    for kw, error in ((dict(softcap=-1.0), ValueError), (dict(softcap=math.nan), ValueError),
+                      (dict(alibi_slopes=np.ones(3, F32)), ValueError),
+                      (dict(alibi_slopes=np.ones(4)), TypeError)):
+        with pytest.raises(error, match=next(iter(kw))):
+            ns.paged_attention(q, k_cache, v_cache, table, lengths, **kw)
 
 
 def test_toy_decoder_loop():

@@ -29,7 +29,7 @@ from ...runtime import counters
 from ..hw import jit
 
 __all__ = ["tanh", "modifier", "runtime", "flags", "slope_row", "setup", "tile_modifier",
-           "fragment_modifier", "grad_modifier", "transposed_grad_modifier", "LOG2E"]
+           "fragment_modifier", "rows_modifier", "grad_modifier", "transposed_grad_modifier", "LOG2E"]
 LOG2E = 1.0 / math.log(2.0)
 
 
@@ -140,6 +140,26 @@ def fragment_modifier(softcap_on, alibi_on, nb):
                     s[n, 2 * rr + e] = modify(x, cap, slope, row + 8 * rr + shift - (key0 + 8 * n + e))
 
     return modify_frag
+
+
+@functools.cache
+def rows_modifier(softcap_on, alibi_on, nb):
+    """``modify_rows(s, sc, row_i, slope, key0, shift, cap)``: :func:`fragment_modifier` for
+    the tensor-core decode kernel (:mod:`..decode.decode_tc`), whose two rows of a lane are
+    packed rows of different query heads and indices: row rr is query ``row_i[rr]`` of a
+    head of slope ``slope[rr]``; the lane's keys are key0 + 8·n + e."""
+    f32 = numba.float32
+    modify = modifier(f32, softcap_on, alibi_on, True)
+
+    @jit.device
+    def modify_rows(s, sc, row_i, slope, key0, shift, cap):
+        for rr in range(2):
+            for n in range(nb):
+                for e in range(2):
+                    x = s[n, 2 * rr + e] * sc
+                    s[n, 2 * rr + e] = modify(x, cap, slope[rr], row_i[rr] + shift - (key0 + 8 * n + e))
+
+    return modify_rows
 
 
 @functools.cache

@@ -43,7 +43,7 @@ from numba import cuda, int64
 
 from ...combine import weight_device
 from ..hw import jit, shuffle
-from ..attention import tileio
+from ..attention import score_mods, tileio
 from ..attention import visible as vis
 from .decode_merge import block_of, fold_warps, merge_when_last, row_of
 from ..hw.jit import accumulator
@@ -66,9 +66,13 @@ def lanes(dtype, d, dv):
 
 
 @functools.cache
-def kernel(dtype, d, dv, rows, warps, paged, width):
-    """The decode kernel for one (dtype, D, Dv, rows per block, warps, layout, vector width)."""
+def kernel(dtype, d, dv, rows, warps, paged, width, softcap_on=False, alibi_on=False):
+    """The decode kernel for one (dtype, D, Dv, rows per block, warps, layout, vector width,
+    score modifications: :mod:`..attention.score_mods`, whose ``scale`` tuple it then takes)."""
     acc = accumulator(dtype)
+    MODS = softcap_on or alibi_on
+    modify = score_mods.modifier(acc, softcap_on, alibi_on)
+    setup_mods = score_mods.setup(acc, alibi_on, 1.0)
     LPK, KPW, U = lanes(dtype, d, dv)
     EPL, RB = VALUES_PER_LANE, rows
     KS = warps * KPW  # key slots of a block: each step reads U·KS keys
@@ -93,6 +97,8 @@ def kernel(dtype, d, dv, rows, warps, paged, width):
     @jit.kernel
     def decode(q, k, v, o, lse, o_ws, lse_ws, counters, table, seqlens, scale, left, right,
                kv_chunk, splits, n_chunks, page_shift):
+        if MODS:
+            scale, cap, slopes = scale
         tid = cuda.threadIdx.x
         warp, lane = tid >> 5, tid & 31
         slot, t = warp * KPW + lane // LPK, lane & (LPK - 1)  # key slot; lane within the key
@@ -103,9 +109,13 @@ def kernel(dtype, d, dv, rows, warps, paged, width):
         pr0 = rc * RB  # the block's packed rows pr0 … pr0 + RB − 1: query i = pr // group
         qv = cuda.local.array(N_Q, acc)  # the lane's 8 values of each row's q: loads first,
         row_i = cuda.local.array(RB, int64)  # in flight with (paged) the length's, below
+        slope = cuda.local.array(RB, acc)  # ALiBi: the slope of each row's query head
+        cap_a = acc(0.0)
         for r in range(RB):
             pr = pr0 + r
             h, row_i[r] = row_of(pr, hk, group)
+            if MODS:
+                cap_a, slope[r] = setup_mods(cap, slopes, b, h)
             if pr < n_rows:
                 row_slots(q, b, h, row_i[r], t, d, qv, r * EPL)
             else:
@@ -175,6 +185,11 @@ def kernel(dtype, d, dv, rows, warps, paged, width):
                 for c in range(N_S):
                     s[c] += s_o[c]
                 offset //= 2
+            if MODS:  # soft-cap, ALiBi: the scaled scores, before the mask
+                for r in range(RB):
+                    for u in range(U):
+                        key = j + u * KS + slot
+                        s[r * U + u] = modify(s[r * U + u], cap_a, slope[r], row_i[r] + shift - key)
             # mask: keys past the range, and those outside a row's band
             if j + U * KS > e or vis.band_edge(j, j + U * KS - 1, i_first, i_last, shift, left, right):
                 for r in range(RB):

@@ -20,7 +20,7 @@ import numpy as np
 
 from ...runtime import counters, launcher
 from . import decode, decode_tc, decode_tc_tiles
-from ..attention import tileio
+from ..attention import score_mods, tileio
 from ..attention import visible as vis
 from .decode_merge import MAX_SPLITS
 from ..hw.jit import BFLOAT16, storage
@@ -56,15 +56,16 @@ def _resident(dec, args, threads, shared):
     return _RESIDENT[key]
 
 
-def _cuda_cores(q, d, dv, packed, paged, width, small, args):
-    """(kernel, warps, rows per block, shared bytes, keys per step) of :mod:`.decode`."""
+def _cuda_cores(q, d, dv, packed, paged, width, small, args, mods):
+    """(kernel, warps, rows per block, shared bytes, keys per step) of :mod:`.decode`
+    (``mods``: its (softcap_on, alibi_on))."""
     rows = min(packed, decode.MAX_ROWS)
     lpk, kpw, unroll = decode.lanes(q.dtype, d, dv)
     warps = 2 if small else decode.WARPS
-    dec = decode.kernel(q.dtype, d, dv, rows, warps, paged, width)
+    dec = decode.kernel(q.dtype, d, dv, rows, warps, paged, width, *mods)
     while 32 * warps > launcher.max_threads(dec, args(rows)):  # its registers allow fewer
         warps //= 2
-        dec = decode.kernel(q.dtype, d, dv, rows, warps, paged, width)
+        dec = decode.kernel(q.dtype, d, dv, rows, warps, paged, width, *mods)
     shared = warps * rows * lpk * decode.VALUES_PER_LANE * 4
     return dec, warps, rows, shared, warps * kpw * unroll
 
@@ -98,7 +99,7 @@ def layout(paged, block_size, block_k, left, kv_chunk):
     return "pages" if pow2 and block_size >= block_k and aligned else "rows"
 
 
-def _tensor_core(q, d, dv, packed, units, small, options, layout_of):
+def _tensor_core(q, d, dv, packed, units, small, options, layout_of, mods):
     """The same for :mod:`.decode_tc` (``options``: its :class:`~.decode_tc_tiles.Tiles`, by
     default :func:`tiles_for` the grid's ``units`` = B·Hkv blocks of each row chunk;
     ``layout_of(block_k)``: the kernel's layout)."""
@@ -108,20 +109,22 @@ def _tensor_core(q, d, dv, packed, units, small, options, layout_of):
         options = tiles_for(units * -(-packed // rows), limits.sms, limits.shared_optin, d, dv)
     tiles = decode_tc_tiles.Tiles(d, dv, small=small, **options)
     dec = decode_tc.kernel(q.dtype, d, dv, rows, tiles.warps, tiles.block_k, tiles.stages,
-                           layout_of(tiles.block_k))
+                           layout_of(tiles.block_k), *mods)
     return dec, tiles.warps, rows, tiles.shared, tiles.warps * tiles.block_k
 
 
 def run(q, k, v, o, lse, *, paged, table=None, seqlens=None, max_seqlen_k=None,
         num_splits=None, kv_chunk=None, causal=False, window=(-1, -1), scale=None, stream=0,
-        small=False, tiles=None):
+        small=False, tiles=None, softcap=0.0, alibi=None):
     """Launch a decode kernel: dense k, v (B, Hkv, Sk, ·) or, with ``paged``, caches
     (blocks, block_size, Hkv, ·) with ``table`` (B, max_blocks) and ``seqlens`` (B,), int32.
     ``kv_chunk``: splits of exactly that many positions (at most MAX_SPLITS of them);
     ``num_splits``: at most that many even splits; neither: :func:`choose_splits`, from
     the number of keys (``max_seqlen_k``; paged, by default, the table's capacity).
     ``tiles``: None (the kernel :func:`tensor_cores` picks), False (CUDA cores), or a
-    dict of :class:`.decode_tc_tiles.Tiles` options (tensor cores, where it can run)."""
+    dict of :class:`.decode_tc_tiles.Tiles` options (tensor cores, where it can run).
+    ``softcap``, ``alibi`` (a float32 (1 or B, Hq) device array of slopes): the score
+    modifications of :mod:`..attention.score_mods`, in either kernel."""
     n_b, n_h, sq, d = q.shape
     n_kv = k.shape[2] if paged else k.shape[1]
     sk = k.shape[1] * table.shape[1] if paged else k.shape[2]
@@ -138,19 +141,21 @@ def run(q, k, v, o, lse, *, paged, table=None, seqlens=None, max_seqlen_k=None,
     page_shift = bs.bit_length() - 1 if paged and bs & (bs - 1) == 0 else -1
     left, right = vis.bounds(causal, window)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    mods, on_tc = score_mods.flags(softcap, alibi), tensor_cores(q, k, v, scale)
+    scale_arg = score_mods.runtime(scale, softcap, alibi)
 
     def args(rows, kv_chunk=0, splits=1):
-        return (q, k, v, o, lse, o_ws, lse_ws, tickets, table, seqlens, scale, left, right,
+        return (q, k, v, o, lse, o_ws, lse_ws, tickets, table, seqlens, scale_arg, left, right,
                 kv_chunk, splits, -(-packed // rows), page_shift)
 
-    if tiles is not False and tensor_cores(q, k, v, scale):
+    if tiles is not False and on_tc:
         dec, warps, rows, shared, step = _tensor_core(
             q, d, dv, packed, n_b * n_kv, small, tiles or {},
-            lambda block_k: layout(paged, bs, block_k, left, kv_chunk))
+            lambda block_k: layout(paged, bs, block_k, left, kv_chunk), mods)
     else:
         width = tileio.global_width([q, k, v], (decode.VALUES_PER_LANE, d, dv))
         dec, warps, rows, shared, step = _cuda_cores(q, d, dv, packed, bool(paged), width,
-                                                     small, args)
+                                                     small, args, mods)
     units = n_b * n_kv * -(-packed // rows)
     if kv_chunk is not None:
         kv_chunk = int(kv_chunk)
@@ -188,9 +193,8 @@ def launch(q, k, v, o, lse, *, num_splits=None, causal=False, window=(-1, -1), s
 
     Few query rows per K/V head (≤ 32: decoding, speculative decoding) run a decode
     kernel; more, or tile options, run the forward kernel on key ranges and then the
-    merge kernel (:func:`.merge.split_forward`) — as do the score modifications
-    (``softcap``, ``alibi``: :mod:`..attention.score_mods`), which the decode kernels
-    do not take."""
+    merge kernel (:func:`.merge.split_forward`).  ``softcap``, ``alibi``: the score
+    modifications (:mod:`..attention.score_mods`), taken by every path."""
     n_b, n_h, sq, d = q.shape
     n_kv, sk, dv = k.shape[1], k.shape[2], v.shape[3]
     if n_kv < 1 or n_h % n_kv or v.shape[1] != n_kv:
@@ -201,9 +205,9 @@ def launch(q, k, v, o, lse, *, num_splits=None, causal=False, window=(-1, -1), s
                          f"got D={d}, Dv={dv}")
     chunks = 0 if kv_chunk is None else -(-sk // max(int(kv_chunk), 1))
     mods = dict(softcap=softcap, alibi=alibi) if softcap or alibi is not None else {}
-    if not tile_options and not mods and few_rows(q, k) and chunks <= MAX_SPLITS:
+    if not tile_options and few_rows(q, k) and chunks <= MAX_SPLITS:
         return run(q, k, v, o, lse, paged=False, num_splits=num_splits, kv_chunk=kv_chunk,
                    causal=causal, window=window, scale=scale, stream=stream, small=small,
-                   tiles=tiles)
+                   tiles=tiles, **mods)
     split_forward(q, k, v, o, lse, num_splits=num_splits, kv_chunk=kv_chunk, causal=causal,
                   window=window, scale=scale, stream=stream, small=small, **mods, **tile_options)

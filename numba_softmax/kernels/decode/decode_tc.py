@@ -49,6 +49,7 @@ from numba import cuda, int32, int64
 from . import decode_tc_pages
 from .decode_merge import block_of, fold_shared, merge_when_last, row_of
 from ..attention.staging import PAD, up16
+from ..attention import score_mods
 from ..attention.tc_fold import fresh, lane_rows, tile_fold, tile_scores
 from ..hw import jit
 from ..hw.jit import LOG2E
@@ -64,9 +65,11 @@ LAYOUTS = ("dense", "pages", "rows")
 
 
 @functools.cache
-def kernel(dtype, d, dv, rows, warps, block_k, stages, layout):
+def kernel(dtype, d, dv, rows, warps, block_k, stages, layout, softcap_on=False,
+           alibi_on=False):
     """The kernel for one configuration; ``rows`` ≤ 16 packed rows per block (the fold's
-    size); ``layout`` one of :data:`LAYOUTS`.  Its arguments are :func:`.decode.kernel`'s."""
+    size); ``layout`` one of :data:`LAYOUTS`; ``softcap_on``, ``alibi_on``: the score
+    modifications (:mod:`..attention.score_mods`).  Its arguments are :func:`.decode.kernel`'s."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     paged, whole = layout != "dense", layout == "pages"
@@ -84,12 +87,17 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, layout):
     merge_z = merge_when_last(dtype, dv, RB, W)
     fold = tile_fold(dtype, NB, NV, KB, BC, KS, VS)
     scores = tile_scores(dtype, NB, KD, KS)
+    MODS = softcap_on or alibi_on
+    modify_rows = score_mods.rows_modifier(softcap_on, alibi_on, NB)
+    setup_mods = score_mods.setup(f32, alibi_on, 1.0)
 
     tile_pages, stage, advance = decode_tc_pages.copies(dtype, d, dv, BC, layout)
 
     @jit.kernel
     def decode(q, k, v, o, lse, o_ws, lse_ws, counters, table, seqlens, scale, left, right,
                kv_chunk, splits, n_chunks, page_shift):
+        if MODS:
+            scale, cap, slopes = scale
         tid = cuda.threadIdx.x
         warp, lane = tid >> 5, tid & 31
         g, t = lane >> 2, lane & 3  # this lane's place in every fragment (mma.py)
@@ -133,6 +141,9 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, layout):
         sc = f32(abs(scale))
         c2 = sc * f32(LOG2E)  # exp(sc·x) = exp2(c2·x)
         sign = f32(-1.0) if scale < 0 else f32(1.0)  # sc·(sign·Q)Kᵀ = scale·QKᵀ
+        x_sc, cap32 = sc, zero
+        if MODS:  # the scores become modified base-e scores: the fold weighs them unscaled
+            sc, c2 = f32(1.0), f32(LOG2E)
 
         # the first ST − 1 of the warp's tiles: copies started before anything else
         smem = cuda.shared.array(0, numba.uint16)  # W × stages × (K_j: Bc×KS, V_j: Bc×VS)
@@ -156,10 +167,13 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, layout):
         # loaded while the first tiles' copies are in flight
         qf = cuda.local.array((KD, 4), u32)
         row_i = cuda.local.array(2, int64)  # the query index of the lane's rows g, g + 8
+        slope = cuda.local.array(2, f32)  # ALiBi: the slope of each row's query head
         for rr in range(2):
             pr = pr0 + g + 8 * rr
             h, i = row_of(pr, hk, group)  # (once a row: a division)
             row_i[rr] = i
+            if MODS:
+                cap32, slope[rr] = setup_mods(cap, slopes, b, h)
             for kk in range(KD):
                 for half in range(2):
                     col = 16 * kk + 2 * t + 8 * half
@@ -189,6 +203,8 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, layout):
             base = mine + (it % ST) * TILE
 
             scores(s, qf, smem, base, k_lane)  # S = Q K_jᵀ on tensor cores
+            if MODS:  # soft-cap, ALiBi: before the mask
+                modify_rows(s, x_sc, row_i, slope, j0 + 2 * t, shift, cap32)
 
             # mask: only tiles that cross e or a band edge, element by element
             if j0 + BC > e or vis.band_edge(j0, j0 + BC - 1, i_first, i_last, shift, left, right):

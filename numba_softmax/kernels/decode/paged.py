@@ -58,16 +58,16 @@ def check_shapes(q, k_cache, v_cache, block_table, cache_seqlens):
 
 def launch(q, k_cache, v_cache, block_table, cache_seqlens, o, lse, *, causal=False,
            window=(-1, -1), scale=None, num_splits=None, max_seqlen_k=None, stream=0,
-           small=False, tiles=None):
+           small=False, tiles=None, softcap=0.0, alibi=None):
     """Paged decoding on device arrays (layouts: the module docstring); ``o``
     (B, Hq, Sq, Dv), dtype of q, and ``lse`` (B, Hq, Sq, float32) receive the result.
 
     The caller validates the table first (:func:`numba_softmax.block_tables.tables`).  ``num_splits``: at most
     that many key ranges per sequence; by default chosen from B·Hkv, the device and
     ``max_seqlen_k`` (the longest cache_seqlens, if known; else the table's capacity).
-    ``tiles``: the decode kernel (:func:`.decode_launch.run`)."""
+    ``tiles``, ``softcap``, ``alibi``: as :func:`.decode_launch.run`."""
     check_shapes(q, k_cache, v_cache, block_table, cache_seqlens)
     decode_launch.run(q, k_cache, v_cache, o, lse, paged=True, table=block_table,
                       seqlens=cache_seqlens, max_seqlen_k=max_seqlen_k, num_splits=num_splits,
                       causal=causal, window=window, scale=scale, stream=stream, small=small,
-                      tiles=tiles)
+                      tiles=tiles, softcap=softcap, alibi=alibi)
