@@ -24,10 +24,12 @@ from .kernels.decode import decode_launch as _decode
 __all__ = ["attention", "merge_attention"]
 
 F32 = np.dtype(np.float32)
-# the configuration of the wgmma kernel one-pass fp16/bf16 calls take on sm_90
-# (:mod:`.kernels.attention.hopper_ws`), opt-in (NUMBA_SOFTMAX_HOPPER=h2 or h3) until the
-# GPU fuzz run covers it; "off" (the default) keeps them on mma.sync
-HOPPER = os.environ.get("NUMBA_SOFTMAX_HOPPER", "off")
+# the configuration of the wgmma kernel (:mod:`.kernels.attention.hopper_ws`) that one-pass
+# fp16/bf16 calls take on sm_90: "auto" (the default) h3 where D and Dv are 128, else h2
+# (the faster of the two on the shapes measured: docs/algorithms/hopper.md); "h2" or "h3"
+# that one wherever it applies; "off" keeps every call on mma.sync
+HOPPER = os.environ.get("NUMBA_SOFTMAX_HOPPER", "auto")
+HOPPER_SETTINGS = ("auto", "off", "h2", "h3")
 
 
 def _overlaps_any(d, inputs):
@@ -49,10 +51,12 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
     The Sq×Sk score matrix is never formed: one pass over K and V per tile of queries
     keeps each query row's online-softmax state (m, ℓ, O) on chip
     (:mod:`numba_softmax.kernels.attention.attention`; float16/bfloat16 on tensor cores:
-    ``mma.sync``, or on Hopper (sm_90) with ``NUMBA_SOFTMAX_HOPPER=h2`` (or ``h3``) set,
-    the warp-specialized ``wgmma`` kernel of
-    :mod:`~numba_softmax.kernels.attention.hopper_ws` where it applies — contiguous q, k,
-    v, D and Dv 64 or 128, one pass, no window or score modification).
+    ``mma.sync``, or on Hopper (sm_90) the warp-specialized ``wgmma`` kernel of
+    :mod:`~numba_softmax.kernels.attention.hopper_ws` where it applies — D and Dv 64 or
+    128, one pass, no window or score modification; q, k, v not C-contiguous from
+    16-byte aligned addresses are copied so first.  ``NUMBA_SOFTMAX_HOPPER=off`` keeps
+    Hopper on ``mma.sync``; ``h2``/``h3`` pick one configuration of the kernel, ``auto``
+    (the default) the faster for the head size).
 
     Parameters
     ----------
@@ -140,9 +144,14 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
         if splits is None and not _decode.few_rows(q4, k4):
             splits = 1  # chosen: enough query tiles to fill the device, one pass
         mods = dict(softcap=softcap, alibi=None if slopes is None else ops.to_device(slopes, stream))
-        if splits == 1 and kernel is _tensor_cores and _on_hopper(q4, k4, v4, window, mods):
+        hopper = None
+        if splits == 1 and kernel is _tensor_cores:
+            hopper = hopper_config(d, d_v, window, softcap, slopes)
+        if hopper is not None:  # tensor maps describe C-contiguous, 16-byte aligned arrays
+            q4, k4, v4 = (a if _packed(a) else heads.view(x, 2, stream, copy=True)
+                          for x, a in ((dq, q4), (dk, k4), (dv, v4)))
             _hopper.launch(q4, k4, v4, o4, lse4, causal=causal, scale=scale, stream=stream,
-                           config=HOPPER)
+                           config=hopper)
         elif splits == 1:
             kernel.launch(q4, k4, v4, o4, lse4, causal=causal, window=window, scale=scale,
                           stream=stream, small=small, **mods)
@@ -163,24 +172,28 @@ def kernel_for(dtype, scale):
     return _forward if dtype == F32 or scale == 0 else _tensor_cores
 
 
-def _on_hopper(q4, k4, v4, window, mods):
-    """Whether a one-pass fp16/bf16 call runs on the warp-specialized wgmma kernel: on an
-    sm_90 GPU (not the simulator), D and Dv 64 or 128, no window or score modification,
-    and q, k, v C-contiguous from 16-byte aligned addresses (what a tensor map describes)."""
-    if HOPPER == "off":
-        return False
-    if HOPPER not in _hopper.CONFIGS:
-        raise ValueError(f"NUMBA_SOFTMAX_HOPPER must be off or one of {sorted(_hopper.CONFIGS)}, "
-                         f"got {HOPPER!r}")
-    if plans.simulator_enabled():
-        return False
-    if launcher.device_limits().cc != (9, 0) or window != (-1, -1) or mods["softcap"] \
-            or mods["alibi"] is not None:
-        return False
-    if q4.shape[3] not in _hopper.HEAD_DIMS or v4.shape[3] not in _hopper.HEAD_DIMS:
-        return False
-    return all(a.flags["C_CONTIGUOUS"] and a.__cuda_array_interface__["data"][0] % 16 == 0
-               for a in (q4, k4, v4))
+def hopper_config(d, d_v, window, softcap, slopes):
+    """The configuration of the wgmma kernel a one-pass fp16/bf16 call runs on (see
+    ``HOPPER``), or None (mma.sync): on an sm_90 GPU (not the simulator), D and Dv 64 or
+    128, no window or score modification.  An unknown ``NUMBA_SOFTMAX_HOPPER`` is a
+    ValueError naming it."""
+    if HOPPER not in HOPPER_SETTINGS:
+        raise ValueError(f"NUMBA_SOFTMAX_HOPPER must be one of {HOPPER_SETTINGS}, got {HOPPER!r}")
+    if HOPPER == "off" or plans.simulator_enabled():
+        return None
+    if launcher.device_limits().cc != (9, 0) or window != (-1, -1) or softcap \
+            or slopes is not None:
+        return None
+    if d not in _hopper.HEAD_DIMS or d_v not in _hopper.HEAD_DIMS:
+        return None
+    if HOPPER == "auto":
+        return "h3" if d == d_v == 128 else "h2"
+    return HOPPER
+
+
+def _packed(a):
+    """Whether a (B, H, S, D) device view is what a tensor map describes."""
+    return a.flags["C_CONTIGUOUS"] and a.__cuda_array_interface__["data"][0] % 16 == 0
 
 
 def _fill(target, result, stream):

@@ -31,7 +31,6 @@ Every example is reproducible from what Hypothesis prints (the data come from a 
 seed).  What it found is fixed; each find has a plain regression test at the end.
 """
 
-import importlib
 import math
 
 import numpy as np
@@ -45,7 +44,7 @@ from numba_softmax import reference as R
 from numba_softmax.reference import topk as RT
 from numba_softmax.kernels.softmax import fused
 
-from _helpers import permuted, SIMULATOR, device_kinds, sized, to_host
+from _helpers import permuted, SIMULATOR, device_kinds, hopper_or_simulator, sized, to_host
 
 try:
     from numba_softmax.attention import attention, merge_attention
@@ -632,6 +631,62 @@ def test_reference_attention_nan_row_is_nan():
     assert np.isnan(o[0, 0]).all()
     o_m, _ = R.merge_attention(np.ones((1, 4)), np.array([np.nan]), np.ones((1, 4)), np.array([0.0]))
     assert np.isnan(o_m).all()
+
+
+@st.composite
+def hopper_problems(draw):
+    hkv = draw(st.integers(1, 3))
+    return dict(b=draw(st.integers(1, 2)), hkv=hkv, hq=hkv * draw(st.sampled_from([1, 2, 4])),
+                sq=draw(st.one_of(st.sampled_from([1, 63, 64, 65, 128, 129]), st.integers(1, 300))),
+                sk=draw(st.one_of(st.sampled_from([1, 63, 64, 65, 128, 129]), st.integers(1, 400))),
+                d=draw(st.sampled_from([64, 128])), causal=draw(st.booleans()),
+                scale=draw(st.sampled_from([None, None, 0.05, 1.0, -0.5])),
+                mags=tuple(10.0 ** draw(st.integers(-2, 1)) for _ in range(3)),
+                specials=draw(st.lists(st.tuples(st.sampled_from(["q", "k", "v"]), st.floats(0, 1),
+                                                 special_values), max_size=3)),
+                strided=draw(st.booleans()), seed=draw(st.integers(0, 2**32 - 1)))
+
+
+@needs_attention
+@pytest.mark.skipif(SIMULATOR or not hopper_or_simulator(),
+                    reason="the wgmma kernels on an sm_90 GPU (the simulator's: test_hopper_attention)")
+@given(p=hopper_problems())
+def test_fuzz_attention_hopper(p):
+    """The wgmma kernels (:mod:`numba_softmax.kernels.attention.hopper_ws`), h2 and h3
+    launched directly and through attention()'s route (a strided q copied for its tensor
+    map): ragged Sq, Sk around the tiles, GQA, causal, D 64/128, scales of either sign,
+    ±inf/NaN in q and k, NaN in v (without causal), fp16, against float64."""
+    from numba_softmax.kernels.attention import hopper_ws
+
+    rng = np.random.default_rng(p["seed"])
+    b, hq, hkv, sq, sk, d = (p[n] for n in ("b", "hq", "hkv", "sq", "sk", "d"))
+    mq, mk, mv = p["mags"]
+    q = (rng.standard_normal((b, hq, sq, d)) * mq).astype(F16)
+    k = (rng.standard_normal((b, hkv, sk, d)) * mk).astype(F16)
+    v = (rng.standard_normal((b, hkv, sk, d)) * mv).astype(F16)
+    for name, frac, value in p["specials"]:
+        if name != "v" or (not p["causal"] and value != value):  # as test_fuzz_attention
+            arr = {"q": q, "k": k, "v": v}[name]
+            arr[np.unravel_index(min(int(frac * arr.size), arr.size - 1), arr.shape)] = value
+    scale = p["scale"]
+    eff_scale = 1 / math.sqrt(d) if scale is None else scale
+    ref_o, ref_lse = expected_attention(q, k, v, p["causal"], eff_scale)
+    delta = (d + 4) * EPS32 * score_bound(q, k, eff_scale) + 8 * EPS32
+    vmax = max(1.0, float(np.nanmax(np.abs(np.where(np.isinf(v), 0, v)))))
+    dq, dk, dv = (cuda.to_device(x) for x in (q, k, v))
+    for config in hopper_ws.CONFIGS:
+        o = cuda.to_device(np.full((b, hq, sq, d), np.nan, F16))
+        lse = cuda.to_device(np.full((b, hq, sq), np.nan, F32))
+        hopper_ws.launch(dq, dk, dv, o, lse, causal=p["causal"], scale=scale, config=config)
+        check_attention_result(o.copy_to_host(), lse.copy_to_host(), ref_o, ref_lse, F16, delta,
+                               vmax, f"hopper_ws {config} causal={p['causal']}")
+    if p["strided"]:  # q as a stepped view of a wider array: the route copies it
+        wide = np.zeros((b, hq, sq, 2 * d), F16)
+        wide[..., ::2] = q
+        dq = cuda.to_device(wide)[..., ::2]
+    o, lse = attention(dq, dk, dv, causal=p["causal"], scale=scale, return_lse=True, num_splits=1)
+    check_attention_result(o.copy_to_host(), lse.copy_to_host(), ref_o, ref_lse, F16, delta, vmax,
+                           f"attention() on sm_90 causal={p['causal']} strided={p['strided']}")
 
 
 # --- regressions: discrepancies found here and fixed --------------------------------------

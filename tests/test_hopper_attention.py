@@ -119,32 +119,42 @@ def test_refuses_what_it_does_not_run():
 
 @pytest.mark.skipif(SIMULATOR, reason="the API routes to the wgmma kernel on an sm_90 GPU only")
 def test_the_public_api_takes_the_wgmma_kernel_where_it_applies(monkeypatch):
-    """ns.attention on sm_90 with NUMBA_SOFTMAX_HOPPER=h2: contiguous fp16 D 64 runs h2
-    (the reference's answer); a window, a non-contiguous q, or "off" keeps mma.sync."""
+    """ns.attention on sm_90: by default ("auto") fp16 D 64 runs h2 and D 128 h3, with the
+    reference's answer; a strided q is copied for its tensor map (still the reference);
+    a window, or NUMBA_SOFTMAX_HOPPER=off, keeps mma.sync; "h3" runs h3 at D 64 too."""
     import importlib
 
     import numba_softmax as ns
 
     api = importlib.import_module("numba_softmax.attention")  # the module, not the function
-    monkeypatch.setattr(api, "HOPPER", "h2")
+    monkeypatch.setattr(api, "HOPPER", "auto")
     calls = []
     launch = hopper_ws.launch
-    monkeypatch.setattr(hopper_ws, "launch", lambda *a, **kw: calls.append(1) or launch(*a, **kw))
+    monkeypatch.setattr(hopper_ws, "launch",
+                        lambda *a, **kw: calls.append(kw["config"]) or launch(*a, **kw))
     rng, seed = fresh()
-    q, k, v = (random(rng, (2, 4, 200, 64), F16) for _ in range(3))
-    dq, dk, dv = (cuda.to_device(x) for x in (q, k, v))
-    for causal in (False, True):
-        o, lse = ns.attention(dq, dk, dv, causal=causal, return_lse=True)
-        want = R.attention(values(q), values(k), values(v), causal=causal, return_lse=True)
-        check(o.copy_to_host(), lse.copy_to_host(), *want, F16, f"seed {seed}")
-    assert len(calls) == 2
+    for d, config in ((64, "h2"), (128, "h3")):
+        q, k, v = (random(rng, (2, 4, 200, d), F16) for _ in range(3))
+        dq, dk, dv = (cuda.to_device(x) for x in (q, k, v))
+        for causal in (False, True):
+            o, lse = ns.attention(dq, dk, dv, causal=causal, return_lse=True)
+            want = R.attention(values(q), values(k), values(v), causal=causal, return_lse=True)
+            check(o.copy_to_host(), lse.copy_to_host(), *want, F16, f"seed {seed}")
+        assert calls[-2:] == [config, config]
+    before = len(calls)
+    o = ns.attention(dq[:, :, ::2], dk, dv)  # a stepped q: copied, then routed
+    want = R.attention(values(q)[:, :, ::2], values(k), values(v))
+    np.testing.assert_allclose(o.copy_to_host().astype(np.float64), want, rtol=4e-3, atol=2e-3,
+                               err_msg=f"seed {seed}")
+    assert calls[before:] == ["h3"]
     ns.attention(dq, dk, dv, window=(8, 0))
-    ns.attention(cuda.to_device(np.ascontiguousarray(q[:, :, ::2])), dk, dv)  # Sq 100: routed
-    ns.attention(dq[:, :, ::2], dk, dv)  # a stepped q: no tensor map
-    assert len(calls) == 3
     monkeypatch.setattr(api, "HOPPER", "off")
     ns.attention(dq, dk, dv)
-    assert len(calls) == 3
+    assert len(calls) == before + 1
+    monkeypatch.setattr(api, "HOPPER", "h3")
+    d64 = cuda.to_device(random(rng, (1, 2, 100, 64), F16))
+    ns.attention(d64, d64, d64)
+    assert calls[-1] == "h3"
 
 
 def test_an_unknown_hopper_setting_is_refused_by_name(monkeypatch):

@@ -17,14 +17,15 @@ from . import kinds, layout, ops
 F32 = np.dtype(np.float32)
 
 
-def view(d, tail, stream=0, unit_last=False):
-    """The (B, H, last ``tail`` axes) device view of the described array ``d``."""
+def view(d, tail, stream=0, unit_last=False, copy=False):
+    """The (B, H, last ``tail`` axes) device view of the described array ``d``; ``copy``:
+    a C-contiguous copy of a device array, whatever its strides."""
     shape4 = layout.heads_shape(d.shape, tail)
     if d.on_host:
         host = np.ascontiguousarray(d.obj).reshape(shape4)
         return ops.to_device(host, stream)
     strides = layout.fold_heads(d.shape, d.strides, tail)
-    if strides is not None and (not unit_last or strides[-1] == 1 or shape4[-1] == 1):
+    if strides is not None and not copy and (not unit_last or strides[-1] == 1 or shape4[-1] == 1):
         return kinds.view_of(d, shape4, strides)
     buf, dev = ops.empty(d.kind, d.shape, d.dtype, like=d.obj, stream=stream)
     layout.device_copy(d, d.shape, d.strides, kinds.describe(buf), kinds.c_strides(d.shape), stream)
