@@ -2,12 +2,12 @@
 """h1, h2 and h3, the wgmma attention forwards, beside the package's mma.sync kernel, the
 Triton peer (:mod:`numba_softmax.bench.triton_attention`) and SDPA.
 
-    python scripts/experiments/hopper_fwd.py [--out FILE]
+    python scripts/experiments/hopper_fwd.py [--dtype bf16] [--skip NAME] [--out FILE]
 
 Needs an sm_90 GPU, PyTorch and Triton.  Checks h1 (threads copy the tiles), h2 (TMA, two
 stages, a producer warp), h3 (two consumer warpgroups, 128-key tiles, setmaxnreg) and the
 Triton peer against SDPA (float32 math) at each shape first, then times them with the
-mma.sync kernel and SDPA: kernel time behind a sleeping kernel (``_timing.kernel_ms``:
+mma.sync kernel and SDPA, in float16 or bfloat16 (``--dtype``): kernel time behind a sleeping kernel (``_timing.kernel_ms``:
 CUDA events, 20 calls a round, the median of 5 rounds); FLOPs 4·B·H·Sq·Sk·D (half with
 causal).
 """
@@ -26,29 +26,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import kernel_ms  # noqa: E402
 
 SHAPES = [(4, 16, 4096, 64, False), (4, 16, 4096, 128, False), (4, 16, 4096, 64, True),
-          (4, 16, 4096, 128, True), (1, 16, 16384, 128, False), (1, 16, 16384, 128, True)]
+          (4, 16, 4096, 128, True), (1, 16, 16384, 64, False), (1, 16, 16384, 128, False),
+          (1, 16, 16384, 64, True), (1, 16, 16384, 128, True)]
 CHECKED = 4  # the first runs are ours and Triton's: checked, and not timed if they fail
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", help="also write the table here")
+    p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
     p.add_argument("--skip", action="append", default=[], help="a kernel not to run (repeatable)")
     args = p.parse_args()
     dev = torch.cuda.get_device_name()
     names = ("h1", "h2", "h3", "triton", "mma.sync", "SDPA")
-    lines = [f"fp16 attention forward on {dev}: ms and TFLOP/s (4·B·H·S²·D, half causal); "
+    dtype = torch.float16 if args.dtype == "fp16" else torch.bfloat16
+    lines = [f"{args.dtype} attention forward on {dev}: ms and TFLOP/s (4·B·H·S²·D, half causal); "
              "err: max |O − SDPA in float32|",
              f"{'B':>2} {'H':>3} {'S':>5} {'D':>4} {'causal':>6} "
              + " ".join(f"{n:>14}" for n in names) + "   err h1 / h2 / h3 / triton"]
     print("\n".join(lines))
     torch.manual_seed(0)
     for b, h, s, d, causal in SHAPES:
-        q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.float16) for _ in range(3))
+        q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=dtype) for _ in range(3))
         lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
         outs = [torch.empty_like(q) for _ in range(5)]
-        nq, nk, nv, nl = (cuda.as_cuda_array(t) for t in (q, k, v, lse))
-        no = [cuda.as_cuda_array(t) for t in outs]
+        bits = (lambda t: t) if dtype == torch.float16 else (lambda t: t.view(torch.uint16))
+        nq, nk, nv = (cuda.as_cuda_array(bits(t)) for t in (q, k, v))  # bf16: its bits
+        nl = cuda.as_cuda_array(lse)
+        no = [cuda.as_cuda_array(bits(t)) for t in outs]
         stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
         runs = [lambda _: hopper.launch(nq, nk, nv, no[0], nl, causal=causal, stream=stream),
                 lambda _: hopper_ws.launch(nq, nk, nv, no[1], nl, causal=causal, stream=stream),
