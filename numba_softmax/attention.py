@@ -26,10 +26,10 @@ __all__ = ["attention", "merge_attention"]
 F32 = np.dtype(np.float32)
 # the configuration of the wgmma kernel (:mod:`.kernels.attention.hopper_ws`) that one-pass
 # fp16/bf16 calls take on sm_90: "auto" (the default) h3 where D and Dv are 128, else h2
-# (the faster of the two on the shapes measured: docs/algorithms/hopper.md); "h2" or "h3"
-# that one wherever it applies; "off" keeps every call on mma.sync
+# (the faster of the two on the shapes measured: docs/algorithms/hopper.md); a name of
+# hopper_ws.CONFIGS that one wherever it applies; "off" keeps every call on mma.sync
 HOPPER = os.environ.get("NUMBA_SOFTMAX_HOPPER", "auto")
-HOPPER_SETTINGS = ("auto", "off", "h2", "h3")
+HOPPER_SETTINGS = ("auto", "off") + tuple(_hopper.CONFIGS)
 
 
 def _overlaps_any(d, inputs):
@@ -55,7 +55,7 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
     :mod:`~numba_softmax.kernels.attention.hopper_ws` where it applies — D and Dv 64 or
     128, one pass, no window or score modification; q, k, v not C-contiguous from
     16-byte aligned addresses are copied so first.  ``NUMBA_SOFTMAX_HOPPER=off`` keeps
-    Hopper on ``mma.sync``; ``h2``/``h3`` pick one configuration of the kernel, ``auto``
+    Hopper on ``mma.sync``; ``h2`` … ``h5`` pick one configuration of the kernel, ``auto``
     (the default) the faster for the head size).
 
     Parameters

@@ -573,9 +573,10 @@ def _plumbing():
                          "kernels.attention.hopper:kernel", (kind, NP[kind], d, d, vec, vn),
                          (A(uint16, 4), A(uint16, 4), A(uint16, 4), A(t, 4), A(float32, 3),
                           float64, boolean), block=128, min_cc=(9, 0), arch="a"))
-    # h2 and h3: the warp-specialized, TMA-fed ones
+    # h2 … h5: the warp-specialized, TMA-fed ones
     for kind, d, cfg in (("f16", 64, "h2"), ("bf16", 128, "h2"), ("f16", 64, "h3"),
-                         ("f16", 128, "h3"), ("bf16", 128, "h3")):
+                         ("f16", 128, "h3"), ("bf16", 128, "h3"), ("f16", 64, "h4"),
+                         ("f16", 128, "h4"), ("bf16", 128, "h5")):
         out.append(Entry("attention.hopper_ws", f"{kind} D{d} {cfg}",
                          "kernels.attention.hopper_ws:kernel", (kind, NP[kind], d, d, cfg),
                          (C(uint64, 1), C(uint64, 1), C(uint64, 1), A(ST[kind], 4), A(float32, 3),

@@ -70,13 +70,13 @@ WS_CASES = sized(
 
 
 def _ws_params():
-    """h2 and h3 on every case and dtype — on the simulator, h3 (h2's source in another
-    configuration, 384 threads a block) on fp16's first two cases only."""
+    """Every configuration on every case and dtype — on the simulator, h3 … h5 (h2's
+    source in other configurations, 384 threads a block) on fp16's first two cases only."""
     out = []
-    for config in ("h2", "h3"):
+    for config in hopper_ws.CONFIGS:
         for i, c in enumerate(WS_CASES):
             for dtype, name in ((F16, "f16"), (BF16, "bf16")):
-                if SIMULATOR and config == "h3" and (dtype == BF16 or i == 2):
+                if SIMULATOR and config != "h2" and (dtype == BF16 or i >= 2):
                     continue
                 ident = "b{}-h{}-{}-sq{}-sk{}-d{}-{}{}".format(*c[:7], "-causal" if c[7] else "")
                 out.append(pytest.param(c, dtype, config, id=f"{config}-{ident}-{name}"))
@@ -86,7 +86,9 @@ def _ws_params():
 @pytest.mark.parametrize("case,dtype,config", _ws_params())
 def test_warp_specialized(case, dtype, config):
     """h2: the same fold fed by TMA through two stages by a producer warp; h3: two
-    consumer warpgroups (128 query rows) on 128-key tiles, registers moved by setmaxnreg."""
+    consumer warpgroups (128 query rows) on 128-key tiles, registers moved by setmaxnreg;
+    h4: h3 with the softmax of tile j under the product of tile j − 1; h5: h4 on three
+    stages."""
     rng, _ = fresh()
     *shape, scale = case
     run(rng, *shape[:7], dtype, shape[7], scale=scale,

@@ -17,8 +17,15 @@ the tile's keys) or as it lies in memory (N-major: ``trans_b``).
     products(kind, d, dv, bn, bm, v_n_major) → (scores, accumulate)
         scores(s, q_s, q_at, k_s, k_at)          S = Q Kⱼᵀ: D/16 wgmma m64n{bn}k16, one group
         accumulate(acc, pf, v_s, v_at)           O += P Vⱼ: bn/16 wgmma m64n{dv}k16, A = pf
+    issued(…) → the same two products started and committed, not waited for
     online(kind, dv, bn) → update(s, m, l, acc, pf, j0, row, lim_all, causal, sk, shift, sc, c2, t)
+    steps(kind, dv, bn) → (weigh, rescale, pack): update's three steps, apart
     finish(out_dtype, dv) → done(o, lse, b, h, row, sq, m, l, acc, sc, t)
+
+``issued`` and ``steps`` are for a warpgroup that overlaps the softmax of tile j with
+the product P_{j−1} V_{j−1} (FlashAttention-3's intra-warpgroup pipelining: start S_j,
+start O += P_{j−1} V_{j−1}, wait for S_j alone, weigh it, wait for the rest, then
+rescale O and pack P_j).
 
 ``q_at`` … are element offsets into the uint16 shared arrays (1024-byte aligned there).
 NumPy twin: :func:`numba_softmax.reference.attention`.
@@ -39,10 +46,10 @@ SW = wgmma.SWIZZLE_128B
 
 
 @functools.cache
-def products(kind, d, dv, bn, bm, v_n_major):
-    """The two products of a tile, as device functions (see the module docstring)."""
-    mma_s, mma_o, wait = wgmma.wgmma_ss(bn, kind), wgmma.wgmma_rs(dv, kind, v_n_major), \
-        wgmma.wgmma_wait(0)
+def issued(kind, d, dv, bn, bm, v_n_major):
+    """``(start_scores, start_accumulate)``: the two products of a tile started, each
+    one committed group, not waited for (see the module docstring)."""
+    mma_s, mma_o = wgmma.wgmma_ss(bn, kind), wgmma.wgmma_rs(dv, kind, v_n_major)
     KS, KP = d // 16, bn // 16
     Q_CHUNK, K_CHUNK = bm * 64, bn * 64  # uint16 values in one 64-wide swizzled chunk
     # Vⱼ's descriptor: transposed (K-major), 8-row groups 1024 bytes apart, k16 steps 32
@@ -50,7 +57,7 @@ def products(kind, d, dv, bn, bm, v_n_major):
     V_LBO, V_STEP = (bn * 128, 2048) if v_n_major else (16, 32)
 
     @jit.device
-    def scores(s, q_s, q_at, k_s, k_at):
+    def start_scores(s, q_s, q_at, k_s, k_at):
         wgmma.wgmma_fence()  # the accumulators were last written by ordinary code
         for st in range(KS):  # 4 k16 steps to a 64-wide chunk
             da = wgmma.advance(wgmma.descriptor(q_s, q_at + (st >> 2) * Q_CHUNK, 16, 1024, SW),
@@ -59,15 +66,32 @@ def products(kind, d, dv, bn, bm, v_n_major):
                                32 * (st & 3))
             mma_s(s, da, db, 1 if st > 0 else 0)
         wgmma.wgmma_commit()
-        wait()
 
     @jit.device
-    def accumulate(acc, pf, v_s, v_at):
+    def start_accumulate(acc, pf, v_s, v_at):
         wgmma.wgmma_fence()
         for kk in range(KP):
             dv_desc = wgmma.advance(wgmma.descriptor(v_s, v_at, V_LBO, 1024, SW), V_STEP * kk)
             mma_o(acc, pf, kk, dv_desc, 1)
         wgmma.wgmma_commit()
+
+    return start_scores, start_accumulate
+
+
+@functools.cache
+def products(kind, d, dv, bn, bm, v_n_major):
+    """The two products of a tile, each waited for (see the module docstring)."""
+    start_scores, start_accumulate = issued(kind, d, dv, bn, bm, v_n_major)
+    wait = wgmma.wgmma_wait(0)
+
+    @jit.device
+    def scores(s, q_s, q_at, k_s, k_at):
+        start_scores(s, q_s, q_at, k_s, k_at)
+        wait()
+
+    @jit.device
+    def accumulate(acc, pf, v_s, v_at):
+        start_accumulate(acc, pf, v_s, v_at)
         wait()
 
     return scores, accumulate
@@ -79,10 +103,28 @@ def online(kind, dv, bn):
     the tile at keys j0 … (keys ≥ ``lim_all``, and for ``causal`` past the lane's rows'
     diagonals; ``row`` is the lane's first row), fold it into (m, ℓ, O) and leave P in
     ``pf`` as A fragments."""
-    _, pack = for_dtype(np.float16 if kind == "f16" else np.uint16)
+    weigh, rescale, pack = steps(kind, dv, bn)
 
     @jit.device
     def update(s, m, l, acc, pf, j0, row, lim_all, causal, sk, shift, sc, c2, t):
+        alpha = cuda.local.array(2, float32)
+        weigh(s, m, l, alpha, j0, row, lim_all, causal, sk, shift, sc, c2, t)
+        rescale(acc, alpha)
+        pack(s, pf)
+
+    return update
+
+
+@functools.cache
+def steps(kind, dv, bn):
+    """``(weigh, rescale, pack)``, the steps of :func:`online`'s update:
+    ``weigh(s, m, l, alpha, j0, row, lim_all, causal, sk, shift, sc, c2, t)`` masks S,
+    folds it into (m, ℓ), leaves P in ``s`` and each row's α in ``alpha``;
+    ``rescale(acc, alpha)``: O = α·O; ``pack(s, pf)``: P → A fragments in ``pf``."""
+    _, pack2 = for_dtype(np.float16 if kind == "f16" else np.uint16)
+
+    @jit.device
+    def weigh(s, m, l, alpha, j0, row, lim_all, causal, sk, shift, sc, c2, t):
         zero, neg_inf = float32(0.0), float32(-math.inf)
         for rr in range(2):
             lim = lim_all  # keys < lim are visible to this row
@@ -100,7 +142,7 @@ def online(kind, dv, bn):
             mx = max_nan(cuda.shfl_xor_sync(FULL, mx, 1), mx)  # the quad: 4 lanes
             mx = max_nan(cuda.shfl_xor_sync(FULL, mx, 2), mx)  # hold a row
             m_new = max_nan(mx, m[rr])
-            alpha = weight_device(m[rr] * sc, m_new * sc)  # 0 from −inf
+            a = weight_device(m[rr] * sc, m_new * sc)  # 0 from −inf
             mc = zero if m_new == neg_inf else m_new * c2  # (every s −inf: P = 0)
             part = zero
             for j in range(bn // 8):
@@ -108,18 +150,26 @@ def online(kind, dv, bn):
                     p = math.exp2(s[4 * j + 2 * rr + e] * c2 - mc)
                     s[4 * j + 2 * rr + e] = p
                     part += p
-            l[rr] = alpha * l[rr] + part
+            l[rr] = a * l[rr] + part
             m[rr] = m_new
+            alpha[rr] = a
+
+    @jit.device
+    def rescale(acc, alpha):
+        for rr in range(2):
             for j in range(dv // 8):
-                acc[4 * j + 2 * rr] *= alpha
-                acc[4 * j + 2 * rr + 1] *= alpha
+                acc[4 * j + 2 * rr] *= alpha[rr]
+                acc[4 * j + 2 * rr + 1] *= alpha[rr]
+
+    @jit.device
+    def pack(s, pf):
         # P → A fragments: keys 16kk … 16kk+15 are accumulator blocks 2kk and 2kk+1
         for kk in range(bn // 16):
             for r in range(4):
                 n = 2 * kk + (r >> 1)
-                pf[kk, r] = pack(s[4 * n + 2 * (r & 1)], s[4 * n + 2 * (r & 1) + 1])
+                pf[kk, r] = pack2(s[4 * n + 2 * (r & 1)], s[4 * n + 2 * (r & 1) + 1])
 
-    return update
+    return weigh, rescale, pack
 
 
 @functools.cache

@@ -49,17 +49,19 @@ from ..hw.jit import LOG2E
 from . import hopper_fold
 from .hopper import HEAD_DIMS, checked
 
-CONFIGS = {  # name: (consumer warpgroups, keys a tile, registers: producer, consumers)
-    "h2": (1, 64, None),
-    "h3": (2, 128, (40, 232)),
+CONFIGS = {  # name: (consumer warpgroups, keys a tile, registers: producer, consumers,
+    #                   the softmax under the products, stages)
+    "h2": (1, 64, None, False, 2),
+    "h3": (2, 128, (40, 232), False, 2),
+    "h4": (2, 128, (40, 232), True, 2),
+    "h5": (2, 128, (40, 232), True, 3),
 }
 WG = 128  # threads of a warpgroup, and query rows of a consumer: 64 (two rows a thread)
-STAGES = 2
 
 
 def shape(config):
     """(BM query rows a block, BN keys a tile, threads a block) of a configuration."""
-    consumers, bn, regs = CONFIGS[config]
+    consumers, bn, regs = CONFIGS[config][:3]
     return 64 * consumers, bn, WG * consumers + (WG if regs else 32)
 
 
@@ -68,10 +70,20 @@ def kernel(kind, out_dtype, d, dv, config="h2"):
     """The warp-specialized forward for fp16 (``kind`` "f16") or bf16 ("bf16") tiles,
     output ``out_dtype``, in configuration ``config`` (:data:`CONFIGS`).  Returns (kernel,
     bytes of dynamic shared memory)."""
-    consumers, bn, regs = CONFIGS[config]
+    consumers, bn, regs, OVERLAP, STAGES = CONFIGS[config]
     BM, BN, THREADS = shape(config)
     scores, accumulate = hopper_fold.products(kind, d, dv, BN, 64, True)
     update, done = hopper_fold.online(kind, dv, BN), hopper_fold.finish(out_dtype, dv)
+    start_scores, start_accumulate = hopper_fold.issued(kind, d, dv, BN, 64, True)
+    weigh, rescale, pack = hopper_fold.steps(kind, dv, BN)
+    wait_one, wait_all = wgmma.wgmma_wait(1), wgmma.wgmma_wait(0)
+
+    @jit.device
+    def softmax(s, m, l, alpha, j0, row, hi, causal, sk, shift, sc, c2, t, negative):
+        if negative:  # scale·QKᵀ = sc·(−QKᵀ)
+            for j in range(NS):
+                s[j] = -s[j]
+        weigh(s, m, l, alpha, j0, row, hi, causal, sk, shift, sc, c2, t)
     NS, NO, KP = BN // 2, dv // 2, BN // 16
     Q_CHUNK, KV_CHUNK = 64 * 64, BN * 64  # uint16 values in one 64-wide swizzled box
     Q_ELEMS, K_ELEMS, V_ELEMS = BM * d, BN * d, BN * dv
@@ -163,6 +175,37 @@ def kernel(kind, out_dtype, d, dv, config="h2"):
         row = i0 + 64 * wg + 16 * wwarp + g
         if n_tiles > 0:
             tma.wait(bar, Q_BAR, 0)  # Q has landed
+        if OVERLAP:  # the softmax of tile j under the tensor cores' P_{j−1} V_{j−1}
+            alpha = cuda.local.array(2, float32)  # each row's α
+            if n_tiles > 0:  # tile 0: S_0 alone
+                tma.wait(bar, FULL_0, 0)
+                start_scores(s, smem, my_q, smem, q_at + Q_ELEMS)
+                wait_all()
+                softmax(s, m, l, alpha, 0, row, hi, causal, sk, shift, sc, c2, t, scale < 0)
+                rescale(acc, alpha)
+                pack(s, pf)
+            for it in range(1, n_tiles):
+                st, before = it % STAGES, (it - 1) % STAGES
+                at = q_at + Q_ELEMS + st * STAGE
+                tma.wait(bar, FULL_0 + st, (it // STAGES) & 1)  # K_j and V_j have landed
+                start_scores(s, smem, my_q, smem, at)  # S_j = Q K_jᵀ, started
+                start_accumulate(acc, pf, smem, q_at + Q_ELEMS + before * STAGE + K_ELEMS)
+                wait_one()  # S_j is done (groups complete in order); P_{j−1} V_{j−1} runs on
+                softmax(s, m, l, alpha, it * BN, row, hi, causal, sk, shift, sc, c2, t, scale < 0)
+                wait_all()  # P_{j−1} V_{j−1} is done: O may be rescaled, pf rewritten
+                tma.arrive(bar, EMPTY_0 + before)  # the stage of tile j − 1 is read
+                rescale(acc, alpha)
+                pack(s, pf)
+            last = (n_tiles - 1) % STAGES
+            if n_tiles > 0:  # the last tile's O += P V
+                start_accumulate(acc, pf, smem, q_at + Q_ELEMS + last * STAGE + K_ELEMS)
+            # waits on every path, none inside a branch: where ptxas cannot prove a product
+            # finished before its registers are read, it serializes every wgmma of the kernel
+            wait_all()
+            if n_tiles > 0:
+                tma.arrive(bar, EMPTY_0 + last)
+            done(o, lse, b, h, row, sq, m, l, acc, sc, t)
+            return
         for it in range(n_tiles):
             st = it % STAGES
             at = q_at + Q_ELEMS + st * STAGE
