@@ -29,8 +29,9 @@ a row), tiles of 128 keys (``wgmma m64n128k16``), and a whole producer warpgroup
 gives its registers to the consumers with ``setmaxnreg`` (40 kept, 232 taken; the kernel
 is built for their mean, 168, so the pool balances).  What FlashAttention-3 adds beyond
 it: the consumers taking turns on named barriers (one's softmax under the other's
-products) and the softmax of tile j under the products of tile j + 1 inside one
-warpgroup.
+products) and, inside one warpgroup, the softmax of tile j under the product of tile
+j − 1 — h4 (and h5, on three stages): start S_j, start O += P_{j−1} V_{j−1}, wait for
+S_j alone, weigh it while the second product runs, then wait, rescale O and pack P_j.
 
 Needs: q, k, v C-contiguous, D and Dv 64 or 128, fp16 or bf16.  Sources: Shah et al.,
 FlashAttention-3 (2024), sections 3.1 (warp specialization, the producer/consumer ring).
@@ -77,6 +78,7 @@ def kernel(kind, out_dtype, d, dv, config="h2"):
     start_scores, start_accumulate = hopper_fold.issued(kind, d, dv, BN, 64, True)
     weigh, rescale, pack = hopper_fold.steps(kind, dv, BN)
     wait_one, wait_all = wgmma.wgmma_wait(1), wgmma.wgmma_wait(0)
+    NS, NO, KP = BN // 2, dv // 2, BN // 16
 
     @jit.device
     def softmax(s, m, l, alpha, j0, row, hi, causal, sk, shift, sc, c2, t, negative):
@@ -84,7 +86,7 @@ def kernel(kind, out_dtype, d, dv, config="h2"):
             for j in range(NS):
                 s[j] = -s[j]
         weigh(s, m, l, alpha, j0, row, hi, causal, sk, shift, sc, c2, t)
-    NS, NO, KP = BN // 2, dv // 2, BN // 16
+
     Q_CHUNK, KV_CHUNK = 64 * 64, BN * 64  # uint16 values in one 64-wide swizzled box
     Q_ELEMS, K_ELEMS, V_ELEMS = BM * d, BN * d, BN * dv
     STAGE = K_ELEMS + V_ELEMS
