@@ -637,8 +637,8 @@ def test_reference_attention_nan_row_is_nan():
 def hopper_problems(draw):
     hkv = draw(st.integers(1, 3))
     return dict(b=draw(st.integers(1, 2)), hkv=hkv, hq=hkv * draw(st.sampled_from([1, 2, 4])),
-                sq=draw(st.one_of(st.sampled_from([1, 63, 64, 65, 128, 129]), st.integers(1, 300))),
-                sk=draw(st.one_of(st.sampled_from([1, 63, 64, 65, 128, 129]), st.integers(1, 400))),
+                sq=draw(st.one_of(st.sampled_from([1, 63, 64, 65, 128, 129]), st.integers(1, 200))),
+                sk=draw(st.one_of(st.sampled_from([1, 63, 64, 65, 128, 129]), st.integers(1, 260))),
                 d=draw(st.sampled_from([64, 128])), causal=draw(st.booleans()),
                 scale=draw(st.sampled_from([None, None, 0.05, 1.0, -0.5])),
                 mags=tuple(10.0 ** draw(st.integers(-2, 1)) for _ in range(3)),
@@ -671,7 +671,9 @@ def test_fuzz_attention_hopper(p):
     scale = p["scale"]
     eff_scale = 1 / math.sqrt(d) if scale is None else scale
     ref_o, ref_lse = expected_attention(q, k, v, p["causal"], eff_scale)
-    delta = (d + 4) * EPS32 * score_bound(q, k, eff_scale) + 8 * EPS32
+    # the bound per query head, from the K/V head it reads
+    delta = (d + 4) * EPS32 * score_bound(q, np.repeat(k, hq // hkv, axis=1), eff_scale) \
+        + 8 * EPS32
     vmax = max(1.0, float(np.nanmax(np.abs(np.where(np.isinf(v), 0, v)))))
     dq, dk, dv = (cuda.to_device(x) for x in (q, k, v))
     for config in hopper_ws.CONFIGS:
@@ -683,7 +685,7 @@ def test_fuzz_attention_hopper(p):
     if p["strided"]:  # q as a stepped view of a wider array: the route copies it
         wide = np.zeros((b, hq, sq, 2 * d), F16)
         wide[..., ::2] = q
-        dq = cuda.to_device(wide)[..., ::2]
+        dq = cuda.to_device(wide)[:, :, :, ::2]  # (Numba's device arrays take no Ellipsis)
     o, lse = attention(dq, dk, dv, causal=p["causal"], scale=scale, return_lse=True, num_splits=1)
     check_attention_result(o.copy_to_host(), lse.copy_to_host(), ref_o, ref_lse, F16, delta, vmax,
                            f"attention() on sm_90 causal={p['causal']} strided={p['strided']}")
