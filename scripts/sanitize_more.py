@@ -1,6 +1,7 @@
 """More of ``scripts/sanitize.py``'s workload: the chapters after the softmax kernels.
 
-Tensor-core attention (float16 and bfloat16, causal, window, GQA), the backward passes,
+Tensor-core attention (float16 and bfloat16, causal, window, GQA), the wgmma kernels on
+sm_90, paged decoding with soft-capping and ALiBi, the backward passes,
 fused softmax + top-k and sampling, and the array layer's device copies (negative
 strides, strided ``out=``) — each once, on ragged shapes, checked against the float64
 references.  Cases whose feature is not there are left out.
@@ -49,12 +50,14 @@ def attention_tc_cases(sim):
             cases.append(Case(f"attention_tc:{name}:{sq}x{sk}:D{d}:{'causal' if causal else 'full'}:"
                               f"w{window}:h{hq}/{hkv}", make(dtype, sq, sk, d, causal, window, hq, hkv)))
 
-    def decode(dtype, sq, sk, d, causal, hq, hkv, page):  # split-KV decoding on tensor cores
+    def decode(dtype, sq, sk, d, causal, hq, hkv, page, cap=0.0, alibi=False):
+        # split-KV decoding on tensor cores (cap, alibi: the score modifications)
         def run():
             g = torch.Generator(device="cuda").manual_seed(sq * 100 + sk + d)
             q = torch.randn(2, hq, sq, d, device="cuda", generator=g).to(dtype)
             k = torch.randn(2, hkv, sk, d, device="cuda", generator=g).to(dtype)
             v = torch.randn(2, hkv, sk, d, device="cuda", generator=g).to(dtype)
+            slopes = (torch.rand(2, hq, device="cuda", generator=g) * 0.5 + 0.05) if alibi else None
             if page:  # the same keys as a shuffled pool of pages (sk a multiple of page)
                 per = sk // page
                 perm = torch.randperm(2 * per, device="cuda", generator=g)
@@ -62,10 +65,13 @@ def attention_tc_cases(sim):
                                   .reshape(2 * per, page, hkv, d)[perm.argsort()] for x in (k, v))
                 table = perm.view(2, per).to(torch.int32)
                 lens = torch.full((2,), sk, device="cuda", dtype=torch.int32)
-                o = ns.paged_attention(q, pool_k, pool_v, table, lens, causal=causal)
+                o = ns.paged_attention(q, pool_k, pool_v, table, lens, causal=causal,
+                                       softcap=cap, alibi_slopes=slopes)
             else:
-                o = ns.attention(q, k, v, causal=causal, num_splits=None)
-            ref = R.attention(*(t.float().cpu().numpy() for t in (q, k, v)), causal=causal)
+                o = ns.attention(q, k, v, causal=causal, num_splits=None, softcap=cap,
+                                 alibi_slopes=slopes)
+            ref = R.attention(*(t.float().cpu().numpy() for t in (q, k, v)), causal=causal,
+                              softcap=cap, alibi_slopes=None if slopes is None else slopes.cpu().numpy())
             np.testing.assert_allclose(o.float().cpu().numpy(), ref, rtol=2e-2, atol=2e-2)
 
         return run
@@ -75,7 +81,41 @@ def attention_tc_cases(sim):
                                                  (3, 272, 64, True, 4, 1, 16)]:
             cases.append(Case(f"decode_tc:{name}:{sq}x{sk}:D{d}:{'causal' if causal else 'full'}:"
                               f"h{hq}/{hkv}:page{page}", decode(dtype, sq, sk, d, causal, hq, hkv, page)))
+    cases.append(Case("decode_tc:float16:2x512:D128:causal:h8/2:page16:softcap:alibi",
+                      decode(torch.float16, 2, 512, 128, True, 8, 2, 16, 30.0, True)))
     return cases
+
+
+def hopper_cases(sim):
+    """The wgmma kernels (``hopper_ws``: every configuration) on an sm_90 GPU: several key
+    tiles through the stage ring and its mbarriers, ragged ends, GQA, causal."""
+    from numba import cuda
+
+    from numba_softmax import reference as R
+    from numba_softmax.kernels.attention import hopper_ws
+
+    torch = _torch()
+    if sim or torch is None or torch.cuda.get_device_capability() != (9, 0):
+        return []
+
+    def make(config, sq, sk, d, causal, hq, hkv):
+        def run():
+            g = torch.Generator(device="cuda").manual_seed(sq * 100 + sk + d)
+            q = torch.randn(2, hq, sq, d, device="cuda", generator=g).half()
+            k = torch.randn(2, hkv, sk, d, device="cuda", generator=g).half()
+            v = torch.randn(2, hkv, sk, d, device="cuda", generator=g).half()
+            o, lse = torch.empty_like(q), torch.empty(2, hq, sq, device="cuda")
+            hopper_ws.launch(*(cuda.as_cuda_array(t) for t in (q, k, v, o, lse)), causal=causal,
+                             config=config)
+            ref = R.attention(*(t.float().cpu().numpy() for t in (q, k, v)), causal=causal)
+            np.testing.assert_allclose(o.float().cpu().numpy(), ref, rtol=2e-2, atol=2e-2)
+
+        return run
+
+    return [Case(f"hopper_ws:{c}:float16:{sq}x{sk}:D{d}:{'causal' if causal else 'full'}:h{hq}/{hkv}",
+                 make(c, sq, sk, d, causal, hq, hkv))
+            for c in hopper_ws.CONFIGS
+            for sq, sk, d, causal, hq, hkv in [(129, 300, 64, True, 4, 2), (200, 517, 128, False, 2, 1)]]
 
 
 def backward_cases(sim):
@@ -209,7 +249,7 @@ def view_cases(sim):
 
 def more_cases(sim):
     out = []
-    for build in (attention_tc_cases, backward_cases, topk_cases, view_cases):
+    for build in (attention_tc_cases, hopper_cases, backward_cases, topk_cases, view_cases):
         try:
             out += build(sim)
         except ImportError:
