@@ -178,7 +178,9 @@ def jobs(args, log_dir):
     """Phase 1 jobs: (name, command, limit, env)."""
     suite = [p for p in sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py"))
              if p not in OWN_JOBS]
-    out = [("suite", PYTEST + ["-n", str(args.suite_workers), "-v", "--hypothesis-profile=gpu"] + suite,
+    # the full tier: the quick one leaves tool runs and slow properties to it (tests/conftest.py)
+    out = [("suite", PYTEST + ["-n", str(args.suite_workers), "-v", "--full",
+                               "--hypothesis-profile=gpu"] + suite,
             args.limit,
             {"NUMBA_SOFTMAX_GPU_EXAMPLES": str(args.suite_examples)}),
            ("reliability", PYTEST + ["tests/test_reliability.py"], args.limit, None)]

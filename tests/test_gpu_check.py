@@ -73,6 +73,7 @@ def test_suite_workers_and_fuzz_shards_in_the_jobs():
     suite = by_name["suite"]
     last_n = len(suite) - 1 - suite[::-1].index("-n")  # (PYTEST's own -n 0 comes first)
     assert suite[last_n + 1] == "12"
+    assert "--full" in suite  # the full tier: the quick one leaves tests to it
     assert {"fuzz-6", "fuzz-7", "reliability", "examples"} <= set(by_name)
     assert not any(n.startswith("sanitize") for n in by_name)
     assert "--hypothesis-seed=1006" in by_name["fuzz-6"]

@@ -44,3 +44,17 @@ def test_the_quick_tier_lists_name_collected_tests():
         if test not in conftest.FULL_ONLY:
             assert any(not conftest._left_to_full(f"tests/{test}[{p}]" if p else f"tests/{test}")
                        for p in cases), test
+
+
+def test_on_a_gpu_the_quick_tier_keeps_every_case_of_the_listed_tests(monkeypatch):
+    """QUICK_CASES and QUICK_WITHOUT name the simulator's case ids; a GPU's cases of those
+    tests have other sizes and ids, and once went missing from its quick tier (and from the
+    GPU check's suite) altogether.  On a GPU only FULL_ONLY is left out."""
+    monkeypatch.setattr(conftest, "SIMULATOR", False)
+    for test in list(conftest.QUICK_CASES)[:3] + list(conftest.QUICK_WITHOUT)[:3]:
+        assert not conftest._left_to_full(f"tests/{test}[a-gpu-sized-case]"), test
+    assert conftest._left_to_full(f"tests/{conftest.FULL_ONLY[0]}")
+    monkeypatch.setattr(conftest, "SIMULATOR", True)
+    test, cases = next(iter(conftest.QUICK_CASES.items()))
+    assert conftest._left_to_full(f"tests/{test}[a-gpu-sized-case]")
+    assert not conftest._left_to_full(f"tests/{test}[{cases[0]}]")
