@@ -26,7 +26,7 @@ __all__ = ["attention", "merge_attention"]
 F32 = np.dtype(np.float32)
 # the configuration of the wgmma kernel (:mod:`.kernels.attention.hopper_ws`) that one-pass
 # fp16/bf16 calls take on sm_90: "auto" (the default) h3 where D and Dv are 128, else h2
-# (the faster of the two on the shapes measured: docs/algorithms/hopper.md); a name of
+# (docs/algorithms/hopper.md says why, from the shapes measured); a name of
 # hopper_ws.CONFIGS that one wherever it applies; "off" keeps every call on mma.sync
 HOPPER = os.environ.get("NUMBA_SOFTMAX_HOPPER", "auto")
 HOPPER_SETTINGS = ("auto", "off") + tuple(_hopper.CONFIGS)
