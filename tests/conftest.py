@@ -138,7 +138,11 @@ TIERS = {
 # another quick test checks too.  A test added later is in both tiers until named here;
 # tests/test_tiers.py fails on a name here that no longer exists.
 FULL_ONLY = [
+    "test_attention.py::test_leading_dims_and_strided_inputs",  # views: test_arrays, reliability
+    "test_attention.py::test_split_kv_rows_that_see_no_key_give_zero_not_nan",  # check()'s rule
+    "test_attention.py::test_tour_runs",
     "test_attention_backward_tc.py::test_fuzz",
+    "test_attention_mods.py::test_property",  # the options: the kernel and API tests
     "test_bench.py::test_crossovers_measure_fit_and_save_nothing_on_the_simulator",
     "test_bench.py::test_sim_smoke_end_to_end",
     "test_bench_textbook.py::test_every_rung_beside_its_fast_kernel",
@@ -147,6 +151,7 @@ FULL_ONLY = [
     "test_decode_tc.py::test_paged_decode_many_tiles_a_warp",
     "test_docs.py::test_docs_build_without_warnings",
     "test_examples.py::test_01_overflow",
+    "test_fuzz.py::test_fuzz_attention",  # the fuzz belongs to the GPU's long runs
     "test_examples.py::test_02_block_sweep",
     "test_examples.py::test_03_memory_traffic",
     "test_examples.py::test_05_flash_attention",
@@ -159,12 +164,17 @@ FULL_ONLY = [
     "test_gpu_check.py::test_simulator_only_modules_are_found_from_their_imports",
     "test_hopper_attention.py::test_negative_scale_float32_output_and_rows_read_value_by_value",
     "test_hopper_attention.py::test_v_read_n_major",
+    # the mutation audit's tests: each the full tier's (their paths have quick tests)
+    "test_mutants.py::test_sample_rows_without_softmax_give_minus_one",
+    "test_mutants.py::test_top_p_ties_are_cut_at_mass_at_least_p",
+    "test_mutants.py::test_topk_merge_folds_more_pieces_than_threads",
     "test_reliability.py::test_sanitize_workload_runs_on_the_simulator",
     "test_reliability.py::test_sanitize_wrapper_builds_its_table",
     "test_sample.py::test_frequencies_fit_the_exact_distribution",
     "test_softmax.py::test_result_independent_of_launch_configuration",
     "test_sources_notes.py::test_combiner_ptx_has_the_asymmetric_fma_and_flushes_denormals",
     "test_textbook.py::test_split_gives_the_reference_for_any_piece_count",
+    "test_topk_filter.py::test_choose_leaves_the_filter_to_plans_that_ask",
     "test_tiers.py::test_the_quick_tier_lists_name_collected_tests",
     "test_topk.py::test_lagging_reference_its_rescale_and_special_chunks",
     "test_topk_ablate.py::test_every_variant_builds_and_the_exact_and_close_ones_match_the_package",
@@ -173,19 +183,18 @@ FULL_ONLY = [
 QUICK_CASES = {
     "test_arrays.py::test_numba_views_copy_or_fold_on_the_device": ["permuted", "stepped"],
     "test_attention.py::test_num_splits_in_the_public_api": ["dtype1"],
+    "test_attention_mods.py::test_attention_api": ["None"],
     "test_attention_tc.py::test_split_kv_partials_merge": ["bf16"],
     "test_attention_tc.py::test_varlen_never_reads_past_a_sequence": ["bf16"],
     "test_backward.py::test_attention_half_precision_storage": ["dtype0"],
     "test_backward.py::test_wide_cluster_form": ["log_softmax-dtype3"],
     "test_decode_tc.py::test_many_splits_of_sixteen_rows": ["tensor"],
+    "test_decode_tc.py::test_more_splits_than_lanes": ["tensor"],
     "test_decode_tc.py::test_paged_decode": ["tensor"],
     "test_decode_tc.py::test_paged_decode_in_chunks": ["pages"],
     "test_fuzz.py::test_fuzz_softmax_topk": ["numba"],
     "test_hopper_attention.py::test_matches_the_reference": ["b1-h1-1-sq8-sk20-d64-64-causal-f16"],
     "test_hopper_attention.py::test_warp_specialized": ["h2-b1-h1-1-sq8-sk40-d64-64-f16"],
-    "test_mutants.py::test_sample_rows_without_softmax_give_minus_one": ["warp-rows-top-k"],
-    "test_mutants.py::test_top_p_ties_are_cut_at_mass_at_least_p": ["twin", "warp-rows"],
-    "test_mutants.py::test_topk_merge_folds_more_pieces_than_threads": ["radix-kernel-2"],
     "test_reliability.py::test_attention_failed_allocation_surfaces": ["1"],
     "test_reliability.py::test_attention_inputs_never_modified": ["numpy"],
     "test_reliability.py::test_attention_out_is_q": ["numba"],
