@@ -123,11 +123,20 @@ def tile_modifier(acc, softcap_on, alibi_on, rpl, cpl, group):
     return modify_tile
 
 
+@jit.device
+def _lane_rows_shared(row, slope, rr):
+    """The forward's lane: rows row and row + 8 of one query head."""
+    return row + 8 * rr, slope
+
+
+@jit.device
+def _lane_rows_own(row_i, slope, rr):
+    """The decode kernel's lane: two packed rows, each its own query index and slope."""
+    return row_i[rr], slope[rr]
+
+
 @functools.cache
-def fragment_modifier(softcap_on, alibi_on, nb):
-    """``modify_frag(s, sc, row, key0, shift, cap, slope)`` for an ``mma`` accumulator tile
-    of unscaled scores (:mod:`.tc_fold`: ``nb`` column blocks × 4; the lane's rows row and
-    row + 8, keys key0 + 8·n + e): each becomes the modified base-e score of sc·s."""
+def _fragment(softcap_on, alibi_on, nb, lane_row):
     f32 = numba.float32
     modify = modifier(f32, softcap_on, alibi_on, True)
 
@@ -136,30 +145,26 @@ def fragment_modifier(softcap_on, alibi_on, nb):
         for rr in range(2):
             for n in range(nb):
                 for e in range(2):
+                    i, sl = lane_row(row, slope, rr)
                     x = s[n, 2 * rr + e] * sc
-                    s[n, 2 * rr + e] = modify(x, cap, slope, row + 8 * rr + shift - (key0 + 8 * n + e))
+                    s[n, 2 * rr + e] = modify(x, cap, sl, i + shift - (key0 + 8 * n + e))
 
     return modify_frag
 
 
-@functools.cache
+def fragment_modifier(softcap_on, alibi_on, nb):
+    """``modify_frag(s, sc, row, key0, shift, cap, slope)`` for an ``mma`` accumulator tile
+    of unscaled scores (:mod:`.tc_fold`: ``nb`` column blocks × 4; the lane's rows row and
+    row + 8, keys key0 + 8·n + e): each becomes the modified base-e score of sc·s."""
+    return _fragment(softcap_on, alibi_on, nb, _lane_rows_shared)
+
+
 def rows_modifier(softcap_on, alibi_on, nb):
-    """``modify_rows(s, sc, row_i, slope, key0, shift, cap)``: :func:`fragment_modifier` for
+    """``modify_rows(s, sc, row_i, key0, shift, cap, slope)``: :func:`fragment_modifier` for
     the tensor-core decode kernel (:mod:`..decode.decode_tc`), whose two rows of a lane are
     packed rows of different query heads and indices: row rr is query ``row_i[rr]`` of a
-    head of slope ``slope[rr]``; the lane's keys are key0 + 8·n + e."""
-    f32 = numba.float32
-    modify = modifier(f32, softcap_on, alibi_on, True)
-
-    @jit.device
-    def modify_rows(s, sc, row_i, slope, key0, shift, cap):
-        for rr in range(2):
-            for n in range(nb):
-                for e in range(2):
-                    x = s[n, 2 * rr + e] * sc
-                    s[n, 2 * rr + e] = modify(x, cap, slope[rr], row_i[rr] + shift - (key0 + 8 * n + e))
-
-    return modify_rows
+    head of slope ``slope[rr]``."""
+    return _fragment(softcap_on, alibi_on, nb, _lane_rows_own)
 
 
 @functools.cache

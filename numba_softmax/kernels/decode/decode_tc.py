@@ -204,7 +204,7 @@ def kernel(dtype, d, dv, rows, warps, block_k, stages, layout, softcap_on=False,
 
             scores(s, qf, smem, base, k_lane)  # S = Q K_jᵀ on tensor cores
             if MODS:  # soft-cap, ALiBi: before the mask
-                modify_rows(s, x_sc, row_i, slope, j0 + 2 * t, shift, cap32)
+                modify_rows(s, x_sc, row_i, j0 + 2 * t, shift, cap32, slope)
 
             # mask: only tiles that cross e or a band edge, element by element
             if j0 + BC > e or vis.band_edge(j0, j0 + BC - 1, i_first, i_last, shift, left, right):
