@@ -25,9 +25,9 @@ __all__ = ["attention", "merge_attention"]
 
 F32 = np.dtype(np.float32)
 # the configuration of the wgmma kernel (:mod:`.kernels.attention.hopper_ws`) that one-pass
-# fp16/bf16 calls take on sm_90: "auto" (the default) h3 where D and Dv are 128, else h2
-# (docs/algorithms/hopper.md says why, from the shapes measured); a name of
-# hopper_ws.CONFIGS that one wherever it applies; "off" keeps every call on mma.sync
+# fp16/bf16 calls take on sm_90: "auto" (the default) h5, the fastest on every shape
+# measured (docs/algorithms/hopper.md); a name of hopper_ws.CONFIGS that one wherever it
+# applies; "off" keeps every call, the backward's too, on mma.sync
 HOPPER = os.environ.get("NUMBA_SOFTMAX_HOPPER", "auto")
 HOPPER_SETTINGS = ("auto", "off") + tuple(_hopper.CONFIGS)
 
@@ -55,8 +55,8 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
     :mod:`~numba_softmax.kernels.attention.hopper_ws` where it applies — D and Dv 64 or
     128, one pass, no window or score modification; q, k, v not C-contiguous from
     16-byte aligned addresses are copied so first.  ``NUMBA_SOFTMAX_HOPPER=off`` keeps
-    Hopper on ``mma.sync``; ``h2`` … ``h5`` pick one configuration of the kernel, ``auto``
-    (the default) the faster for the head size).
+    Hopper on ``mma.sync`` (the backward's kernels too); ``h2`` … ``h5`` pick one
+    configuration of the kernel, ``auto`` (the default) the fastest measured).
 
     Parameters
     ----------
@@ -187,7 +187,7 @@ def hopper_config(d, d_v, window, softcap, slopes):
     if d not in _hopper.HEAD_DIMS or d_v not in _hopper.HEAD_DIMS:
         return None
     if HOPPER == "auto":
-        return "h3" if d == d_v == 128 else "h2"
+        return "h5"
     return HOPPER
 
 

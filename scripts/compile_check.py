@@ -520,6 +520,18 @@ def _backward():
         out.append(Entry("attention_backward_tc", f"{d} D{hd} 8 warps Br64" + " softcap" * cap
                          + " alibi" * alibi, ABT, (NP[d], hd, hd, 8, 64, True, pairs, cap, alibi),
                          _with_mods(bwd(d), 9), block=256))
+    # hb1: the wgmma backward (kernels/backward/hopper_backward.py), for sm_90a
+    HB = "kernels.backward.hopper_backward"
+    for kind, d, dv, vec in (("f16", 64, 64, 8), ("bf16", 128, 128, 8), ("f16", 128, 128, 1)):
+        u4 = (A(uint16, 4),) * 4
+        out.append(Entry("attention_backward.hopper", f"dkdv {kind} D{d} vec {vec}",
+                         f"{HB}:dkdv_kernel", (kind, NP[kind], d, dv, vec),
+                         u4 + (A(float32, 3), C(float32, 3), A(ST[kind], 4), A(ST[kind], 4),
+                               float64, int64, int64), block=128, min_cc=(9, 0), arch="a"))
+        out.append(Entry("attention_backward.hopper", f"dq {kind} D{d} vec {vec}",
+                         f"{HB}:dq_kernel", (kind, d, dv, vec),
+                         u4 + (A(float32, 3), C(float32, 3), C(float32, 4), float64, int64, int64),
+                         block=128, min_cc=(9, 0), arch="a"))
     IO = "kernels.backward.attention_backward_io"
     for d in ("f32", "f16", "bf16", "f64"):  # preprocess(do, o, delta, dq_acc)
         out.append(Entry("attention_backward.preprocess", d, f"{IO}:preprocess", (NP[d],),

@@ -123,7 +123,7 @@ def test_refuses_what_it_does_not_run():
 
 @pytest.mark.skipif(SIMULATOR, reason="the API routes to the wgmma kernel on an sm_90 GPU only")
 def test_the_public_api_takes_the_wgmma_kernel_where_it_applies(monkeypatch):
-    """ns.attention on sm_90: by default ("auto") fp16 D 64 runs h2 and D 128 h3, with the
+    """ns.attention on sm_90: by default ("auto") fp16 D 64 and D 128 run h5, with the
     reference's answer; a strided q is copied for its tensor map (still the reference);
     a window, or NUMBA_SOFTMAX_HOPPER=off, keeps mma.sync; "h3" runs h3 at D 64 too."""
     import importlib
@@ -137,7 +137,7 @@ def test_the_public_api_takes_the_wgmma_kernel_where_it_applies(monkeypatch):
     monkeypatch.setattr(hopper_ws, "launch",
                         lambda *a, **kw: calls.append(kw["config"]) or launch(*a, **kw))
     rng, seed = fresh()
-    for d, config in ((64, "h2"), (128, "h3")):
+    for d, config in ((64, "h5"), (128, "h5")):
         q, k, v = (random(rng, (2, 4, 200, d), F16) for _ in range(3))
         dq, dk, dv = (cuda.to_device(x) for x in (q, k, v))
         for causal in (False, True):
@@ -150,7 +150,7 @@ def test_the_public_api_takes_the_wgmma_kernel_where_it_applies(monkeypatch):
     want = R.attention(values(q)[:, :, ::2], values(k), values(v))
     np.testing.assert_allclose(o.copy_to_host().astype(np.float64), want, rtol=4e-3, atol=2e-3,
                                err_msg=f"seed {seed}")
-    assert calls[before:] == ["h3"]
+    assert calls[before:] == ["h5"]
     ns.attention(dq, dk, dv, window=(8, 0))
     monkeypatch.setattr(api, "HOPPER", "off")
     ns.attention(dq, dk, dv)
@@ -171,3 +171,31 @@ def test_an_unknown_hopper_setting_is_refused_by_name(monkeypatch):
     q = np.zeros((1, 1, 40, 64), np.float16)  # 40 rows: one pass, where the setting is read
     with pytest.raises(ValueError, match="NUMBA_SOFTMAX_HOPPER"):
         ns.attention(q, q, q)
+
+
+@pytest.mark.skipif(SIMULATOR, reason="the simulator's maps are made afresh, not pooled")
+def test_tensor_map_slots_are_reused_safely(monkeypatch):
+    """The device tensor maps live in a ring of slots (kernels/hw/tma_maps.py): a map
+    already there is not uploaded again, and with more maps than slots each slot is
+    rewritten (after the launch that read it has run) — every result still the
+    reference's.  Four slots here; three maps a launch."""
+    from numba_softmax.kernels.hw import tma_maps
+
+    monkeypatch.setattr(tma_maps, "SLOTS", 4)
+    ctx = cuda.current_context().handle.value
+    monkeypatch.setitem(tma_maps._POOLS, ctx, tma_maps._Pool())
+    pool = tma_maps._POOLS[ctx]
+    rng, seed = fresh()
+    cases = []
+    for _ in range(4):
+        q, k, v = (random(rng, (1, 2, 150, 64), F16) for _ in range(3))
+        cases.append(((q, k, v), [cuda.to_device(x) for x in (q, k, v)]))
+    for host, dev in cases + cases[:1]:
+        o, lse = poisoned((1, 2, 150, 64), F16), poisoned((1, 2, 150), F32)
+        hopper_ws.launch(*dev, o, lse, causal=True, config="h5")
+        want = R.attention(*(values(x) for x in host), causal=True, return_lse=True)
+        check(o.copy_to_host(), lse.copy_to_host(), *want, F16, f"seed {seed}")
+    assert pool.next == (5 * 3) % 4 and len(pool.slot_of) == 4
+    slots = dict(pool.slot_of)
+    hopper_ws.launch(*cases[0][1], o, lse, causal=True, config="h5")  # its maps are in place
+    assert pool.slot_of == slots and pool.next == (5 * 3) % 4

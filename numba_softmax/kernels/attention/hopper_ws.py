@@ -44,8 +44,7 @@ import numpy as np
 from numba import cuda, float32, uint16, uint32, uint64
 
 from ...runtime import launcher
-from ...runtime.sim import simulator_enabled
-from ..hw import jit, tma, wgmma
+from ..hw import jit, tma, tma_maps, wgmma
 from ..hw.jit import LOG2E
 from . import hopper_fold
 from .hopper import HEAD_DIMS, checked
@@ -224,30 +223,6 @@ def kernel(kind, out_dtype, d, dv, config="h2"):
     return forward, 2 * (Q_ELEMS + STAGES * STAGE) + 1024
 
 
-_MAPS = {}  # (data pointer, shape, dtype, box rows) -> the device tensor map
-MAX_MAPS = 64
-
-
-def _map(a, rows):
-    """The device tensor map of a (B, H, S, D) C-contiguous array as (B·H, S, D).  A map
-    depends only on the pointer, shape and dtype it describes, so on a GPU each is encoded
-    and copied to the device once, not at every call (the simulator's maps name their
-    array object instead, and are made afresh)."""
-    n_b, n_h, s, d = a.shape
-    key = None
-    if not simulator_enabled():
-        key = (a.__cuda_array_interface__["data"][0], a.shape, str(a.dtype), rows)
-        if key in _MAPS:
-            return _MAPS[key]
-    tmap = cuda.to_device(tma.encode_tiled(a.reshape(n_b * n_h, s, d), rows, 64,
-                                           tma.SWIZZLE_128B))
-    if key is not None:
-        if len(_MAPS) >= MAX_MAPS:
-            _MAPS.pop(next(iter(_MAPS)))
-        _MAPS[key] = tmap
-    return tmap
-
-
 def launch(q, k, v, o, lse, *, causal=False, scale=None, stream=0, config="h2"):
     """Run on C-contiguous 4-D device arrays q (B, Hq, Sq, D), k (B, Hkv, Sk, D),
     v (B, Hkv, Sk, Dv), all float16 or all uint16 (bfloat16 bits), Hq a multiple of Hkv,
@@ -265,6 +240,7 @@ def launch(q, k, v, o, lse, *, causal=False, scale=None, stream=0, config="h2"):
         return
     kind = "f16" if q.dtype == np.float16 else "bf16"
     fwd, shared = kernel(kind, o.dtype, d, dv, config)
-    maps = [_map(q, 64), _map(k, bn), _map(v, bn)]
+    maps, slots = tma_maps.maps(((q, 64), (k, bn), (v, bn)), stream)
     launcher.launch(fwd, (blocks,), threads, stream,
                     (*maps, o, lse, n_kv, sk, scale, bool(causal)), shared=shared)
+    tma_maps.launched(slots, stream)

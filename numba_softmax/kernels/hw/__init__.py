@@ -10,6 +10,7 @@
 ``_wgmma_sim`` the simulator's thread-by-thread twin of ``wgmma``
 ``tma``       tile loads by the copy engine (``cp.async.bulk.tensor``), ``mbarrier``
 ``_tma_sim``  the simulator's twin of ``tma``
+``tma_maps``  tensor maps on the device for a launch: cached, uploaded without a wait
 ``warp``      warp votes and shuffles from any lane
 ``shuffle``   shuffles of whole register arrays
 """

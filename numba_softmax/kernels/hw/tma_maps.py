@@ -1,0 +1,89 @@
+"""Tensor maps on the device for a TMA kernel's launch: encoded once, uploaded without
+stopping the host.
+
+A map (:func:`.tma.encode_tiled`) depends only on the pointer, shape, dtype and box it
+describes, so each is encoded and copied to the device once while it stays among the
+last :data:`SLOTS` used.  The copy goes from *pinned* host memory, asynchronously on the
+launch's stream: a copy from ordinary (pageable) memory — ``cuda.to_device`` — makes the
+host wait for the GPU to drain, so a model whose buffers move from call to call
+(activations come and go) would stop the host at every new map and lose the overlap of
+its host work with the GPU's.  Slots live in one device array; a slot is written again
+only after the kernels that read it have run (an event recorded after each launch that
+uses it, waited for before the slot is reused, which with 256 slots is long past).
+
+    maps(specs, stream) → (device maps, slots)   specs: (array, box rows) pairs of
+                                                 C-contiguous (B, H, S, D) device arrays
+    launched(slots, stream)                      after the launch that reads them
+
+Under the CUDA simulator a map names its array object (:mod:`._tma_sim`): made afresh
+each call, nothing cached.
+"""
+
+import numpy as np
+from numba import cuda
+
+from ...runtime.sim import simulator_enabled
+from . import tma
+
+SLOTS = 256
+WORDS = 16  # a map is 128 bytes
+
+
+def _encoded(a, rows):
+    n_b, n_h, s, d = a.shape
+    return tma.encode_tiled(a.reshape(n_b * n_h, s, d), rows, 64, tma.SWIZZLE_128B)
+
+
+class _Pool:
+    """The slots of one CUDA context: device words, pinned host words, events."""
+
+    def __init__(self):
+        self.device = cuda.device_array((SLOTS, WORDS), np.uint64)
+        self.views = [self.device[i] for i in range(SLOTS)]
+        self.host = cuda.pinned_array((SLOTS, WORDS), np.uint64)
+        self.events = [cuda.event(timing=False) for _ in range(SLOTS)]
+        self.slot_of, self.key_of, self.next = {}, [None] * SLOTS, 0
+
+    def slot(self, key, array, rows, stream):
+        if key in self.slot_of:
+            return self.slot_of[key]
+        i = self.next
+        self.next = (i + 1) % SLOTS
+        if self.key_of[i] is not None:
+            del self.slot_of[self.key_of[i]]
+        self.events[i].synchronize()  # the kernels that read slot i (and its copy) are done
+        self.host[i] = _encoded(array, rows)
+        self.views[i].copy_to_device(self.host[i], stream=stream)  # pinned: no wait
+        self.slot_of[key], self.key_of[i] = i, key
+        return i
+
+
+_POOLS = {}  # context handle -> _Pool
+
+
+def _stream(stream):
+    return stream if stream else cuda.default_stream()
+
+
+def maps(specs, stream=0):
+    """The device tensor maps of ``specs`` ((array, box rows) pairs) as (B·H, S, D) with
+    64-column, 128-byte-swizzled boxes, and the slots they occupy (None on the simulator)."""
+    if simulator_enabled():
+        return [cuda.to_device(_encoded(a, rows)) for a, rows in specs], None
+    ctx = cuda.current_context().handle.value
+    pool = _POOLS.get(ctx)
+    if pool is None:
+        pool = _POOLS[ctx] = _Pool()
+    s = _stream(stream)
+    slots = [pool.slot((a.__cuda_array_interface__["data"][0], a.shape, str(a.dtype), rows),
+                       a, rows, s) for a, rows in specs]
+    return [pool.views[i] for i in slots], slots
+
+
+def launched(slots, stream=0):
+    """Mark ``slots`` as read by the launch just queued on ``stream``."""
+    if slots is None:
+        return
+    pool, s = _POOLS[cuda.current_context().handle.value], _stream(stream)
+    for i in slots:
+        pool.events[i].record(s)

@@ -1,0 +1,123 @@
+"""hb1, the wgmma attention backward (kernels/backward/hopper_backward.py), against the
+float64 reference with flash-attn's rule per gradient (``test_attention_backward_tc``'s
+rule and same-precision path): on an sm_90 GPU, and on the simulator (its wgmma twin) at
+one or two tiles.  Outputs poisoned with NaN first; data fresh every run."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from numba_softmax import reference as R
+from numba_softmax.kernels.backward import hopper_backward as HB
+
+from _helpers import SIMULATOR, hopper_or_simulator, sized
+from test_attention_backward_tc import check_rule, lowp_backward, values
+from test_backward import BF16, F16, att_case, fresh, poisoned
+
+pytestmark = pytest.mark.skipif(not hopper_or_simulator(), reason="wgmma needs sm_90 (or the simulator)")
+
+
+def run(inputs, causal=False, window=(-1, -1), scale=None, strided=False):
+    do, q, k, v, o, lse = inputs
+    outs = [poisoned(x.shape, x.dtype) for x in (q, k, v)]
+    dev = [cuda.to_device(x) for x in inputs]
+    if strided:  # q read through a view whose rows are not 16-byte aligned: value by value
+        wide = cuda.to_device(np.concatenate([q, q[..., :1]], axis=-1))
+        dev[1] = wide[:, :, :, :q.shape[-1]]
+    HB.launch(*dev, *outs, causal=causal, window=window, scale=scale)
+    return [values(x.copy_to_host()) for x in outs]
+
+
+CASES = sized(
+    [  # (b, hq, hkv, sq, sk, d, dv, causal, window, storage): one storage a case here
+        (1, 1, 1, 9, 20, 64, 64, True, (-1, -1), F16),  # one tile each (the quick tier's)
+        (1, 2, 1, 70, 40, 64, 64, False, (-1, -1), BF16),  # GQA; two query tiles, ragged
+        (1, 1, 1, 80, 40, 128, 128, True, (-1, -1), F16),  # D 128; Sq > Sk: rows that see nothing
+    ],
+    [(*c, s) for c in [
+        (2, 4, 4, 200, 333, 64, 64, False, (-1, -1)),
+        (2, 8, 2, 333, 200, 64, 64, True, (-1, -1)),
+        (1, 8, 2, 257, 300, 128, 128, True, (-1, -1)),
+        (1, 4, 1, 300, 300, 64, 128, False, (64, 16)),
+        (1, 2, 2, 100, 517, 128, 128, False, (-1, -1)),
+        (1, 2, 1, 1, 700, 128, 64, True, (-1, -1)),
+        (2, 2, 1, 1024, 1024, 128, 128, True, (-1, -1)),
+    ] for s in (F16, BF16)])
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "b{}-h{}-{}-sq{}-sk{}-d{}-{}{}-{}".format(
+    *c[:7], "-causal" if c[7] else "", "fp16" if c[9] == F16 else "bf16"))
+def test_matches_the_reference(case):
+    rng, seed = fresh()
+    b, hq, hkv, sq, sk, d, dv, causal, window, storage = case
+    inputs, want = att_case(rng, b, hq, hkv, sq, sk, d, dv, storage, causal, window, scale=0.3)
+    got = run(inputs, causal, window, scale=0.3)
+    lowp = lowp_backward(inputs, storage, causal, window, 0.3)
+    check_rule(got, want, lowp, f"case {case}, seed {seed}", storage)
+    if causal and sq > sk:  # the rows that see no key get no gradient
+        assert np.all(got[0][..., : sq - sk, :] == 0)
+
+
+def test_negative_scale_window_minus_inf_lse_and_rows_read_value_by_value():
+    """A negative scale (no max is subtracted: LSE is the true normaliser), a window over
+    two key tiles, a row marked as having seen nothing (LSE = −inf: no gradient, and it
+    gives dK, dV nothing), and a q whose rows are not 16-byte aligned."""
+    rng, seed = fresh()
+    window = (9, 3)
+    inputs, _ = att_case(rng, 1, 1, 1, *sized((20, 75), (100, 230)), 64, 128, F16,
+                         window=window, scale=-0.4)
+    do, q, k, v, o, lse = inputs
+    lse[0, 0, 3] = -np.inf
+    o[0, 0, 3] = 0
+    want = R.attention_backward(*(values(x) for x in (do, q, k, v, o)), lse, scale=-0.4,
+                                window=window)
+    got = run((do, q, k, v, o, lse), window=window, scale=-0.4, strided=True)
+    assert np.all(got[0][0, 0, 3] == 0)
+    check_rule(got, want, lowp_backward((do, q, k, v, o, lse), F16, False, window, -0.4),
+               f"seed {seed}")
+
+
+def test_refuses_what_it_does_not_run():
+    rng, _ = fresh()
+    (do, q, k, v, o, lse), _ = att_case(rng, 1, 1, 1, 4, 4, 64, 64, F16)
+    dev = [cuda.to_device(x) for x in (do, q, k, v, o, lse)]
+    outs = [cuda.to_device(np.zeros_like(x)) for x in (q, k, v)]
+    with pytest.raises(ValueError, match="D and Dv"):
+        HB.launch(*(cuda.to_device(np.zeros((1, 1, 4, 40), F16)) for _ in range(4)), dev[4][..., :40],
+                  dev[5], *(cuda.to_device(np.zeros((1, 1, 4, 40), F16)) for _ in range(3)))
+    with pytest.raises(TypeError, match="float16"):
+        f32 = [cuda.to_device(x.astype(np.float32)) for x in (do, q, k, v)]
+        HB.launch(*f32, dev[4], dev[5], *outs)
+    with pytest.raises(ValueError, match="scale"):
+        HB.launch(*dev, *outs, scale=0.0)
+
+
+@pytest.mark.skipif(SIMULATOR, reason="the API routes to the wgmma kernels on an sm_90 GPU only")
+def test_the_public_api_takes_the_wgmma_backward_where_it_applies(monkeypatch):
+    """attention_backward on sm_90: fp16 and bf16 at D 64/128 (a window too) run hb1, with
+    the rule against the reference; soft-capping, D 96 or NUMBA_SOFTMAX_HOPPER=off keep
+    b3 (mma.sync)."""
+    import importlib
+
+    from numba_softmax.backward import attention_backward
+
+    api = importlib.import_module("numba_softmax.attention")
+    monkeypatch.setattr(api, "HOPPER", "auto")
+    calls = []
+    launch = HB.launch
+    monkeypatch.setattr(HB, "launch", lambda *a, **kw: calls.append(1) or launch(*a, **kw))
+    rng, seed = fresh()
+    for storage, d, window in ((F16, 64, (-1, -1)), (BF16, 128, (40, 0))):
+        inputs, want = att_case(rng, 1, 4, 2, 150, 170, d, d, storage, True, window, scale=0.3)
+        got = attention_backward(*(cuda.to_device(x) for x in inputs), causal=True, window=window,
+                                 scale=0.3)
+        lowp = lowp_backward(inputs, storage, True, window, 0.3)
+        check_rule([values(g.copy_to_host()) for g in got], want, lowp, f"seed {seed}", storage)
+    assert len(calls) == 2
+    inputs, _ = att_case(rng, 1, 2, 2, 40, 40, 64, 64, F16)
+    attention_backward(*(cuda.to_device(x) for x in inputs), softcap=5.0)
+    inputs96, _ = att_case(rng, 1, 2, 2, 40, 40, 96, 96, F16)
+    attention_backward(*(cuda.to_device(x) for x in inputs96))
+    monkeypatch.setattr(api, "HOPPER", "off")
+    attention_backward(*(cuda.to_device(x) for x in inputs))
+    assert len(calls) == 2
