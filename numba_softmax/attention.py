@@ -26,8 +26,9 @@ __all__ = ["attention", "merge_attention"]
 F32 = np.dtype(np.float32)
 # the configuration of the wgmma kernel (:mod:`.kernels.attention.hopper_ws`) that one-pass
 # fp16/bf16 calls take on sm_90: "auto" (the default) h5, the fastest on every shape
-# measured (docs/algorithms/hopper.md); a name of hopper_ws.CONFIGS that one wherever it
-# applies; "off" keeps every call, the backward's too, on mma.sync
+# measured, for C-contiguous q, k, v (docs/algorithms/hopper.md says why); a name of
+# hopper_ws.CONFIGS that one wherever it applies, strided inputs copied for it; "off"
+# keeps every call on mma.sync
 HOPPER = os.environ.get("NUMBA_SOFTMAX_HOPPER", "auto")
 HOPPER_SETTINGS = ("auto", "off") + tuple(_hopper.CONFIGS)
 
@@ -53,10 +54,12 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
     (:mod:`numba_softmax.kernels.attention.attention`; float16/bfloat16 on tensor cores:
     ``mma.sync``, or on Hopper (sm_90) the warp-specialized ``wgmma`` kernel of
     :mod:`~numba_softmax.kernels.attention.hopper_ws` where it applies — D and Dv 64 or
-    128, one pass, no window or score modification; q, k, v not C-contiguous from
-    16-byte aligned addresses are copied so first.  ``NUMBA_SOFTMAX_HOPPER=off`` keeps
-    Hopper on ``mma.sync`` (the backward's kernels too); ``h2`` … ``h5`` pick one
-    configuration of the kernel, ``auto`` (the default) the fastest measured).
+    128, one pass, no window or score modification, and by default q, k, v C-contiguous
+    from 16-byte aligned addresses (what its tensor maps describe; a strided view, as a
+    model hands over, stays on ``mma.sync``: copying it each call costs more host time
+    than the kernel saves).  ``NUMBA_SOFTMAX_HOPPER=off`` keeps Hopper on ``mma.sync``;
+    ``h2`` … ``h5`` pick one configuration of the kernel, strided inputs copied for it;
+    ``auto`` (the default) h5, the fastest measured).
 
     Parameters
     ----------
@@ -147,6 +150,8 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
         hopper = None
         if splits == 1 and kernel is _tensor_cores:
             hopper = hopper_config(d, d_v, window, softcap, slopes)
+        if hopper is not None and HOPPER == "auto" and not all(map(_packed, (q4, k4, v4))):
+            hopper = None  # a copy for the tensor maps costs more host time than h5 saves
         if hopper is not None:  # tensor maps describe C-contiguous, 16-byte aligned arrays
             q4, k4, v4 = (a if _packed(a) else heads.view(x, 2, stream, copy=True)
                           for x, a in ((dq, q4), (dk, k4), (dv, v4)))

@@ -12,12 +12,10 @@ import math
 import numpy as np
 
 from . import checks, plans
-from .attention import hopper_config
 from .arrays import heads, kinds, ops
 from .arrays.rows import Finish, Out, Rows, check_alias
 from .kernels.backward import attention_backward as _attention_kernel
 from .kernels.backward import attention_backward_tc_launch as _tensor_cores
-from .kernels.backward import hopper_backward as _hopper
 from .kernels.backward import softmax_backward_launch as _rows_kernel
 from .kernels.rows.epilogue import LOG_SOFTMAX, SOFTMAX
 
@@ -160,15 +158,10 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), sc
         lse3 = heads.view(ds["lse"], 1, stream)
         outs = [heads.output(kind, s, dtype, q, 2, stream) for s in shapes]
         alibi = None if slopes is None else ops.to_device(slopes, stream)
-        grads = tuple(dev for _, dev in outs)
-        if _on_hopper(dtype, scale, d, dv, softcap, slopes):
-            _hopper.launch(do4, q4, k4, v4, o4, lse3, *grads, causal=causal, window=window,
-                           scale=scale, stream=stream)
-        else:
-            _backward_kernel(dtype, scale).launch(do4, q4, k4, v4, o4, lse3, *grads,
-                                                  causal=causal, window=window, scale=scale,
-                                                  stream=stream, small=plans.simulator_enabled(),
-                                                  softcap=softcap, alibi=alibi)
+        _backward_kernel(dtype, scale).launch(do4, q4, k4, v4, o4, lse3, *(dev for _, dev in outs),
+                                       causal=causal, window=window, scale=scale, stream=stream,
+                                       small=plans.simulator_enabled(), softcap=softcap,
+                                       alibi=alibi)
         return rec.done(_Grads(kind, dtype), *(buf for buf, _ in outs))
 
 
@@ -179,15 +172,6 @@ def _backward_kernel(dtype, scale):
     (as the forward, :func:`numba_softmax.attention`, does for the same reason)."""
     half = dtype in (np.dtype(np.float16), kinds.BFLOAT16)
     return _tensor_cores if half and scale != 0 else _attention_kernel
-
-
-def _on_hopper(dtype, scale, d, dv, softcap, slopes):
-    """Whether the wgmma backward (:mod:`.kernels.backward.hopper_backward`) takes the call:
-    where the forward's wgmma kernel would (an sm_90 GPU, D and Dv 64 or 128, no score
-    modification, ``NUMBA_SOFTMAX_HOPPER`` not "off"; windows it takes too), for float16
-    and bfloat16 with a nonzero scale."""
-    half = dtype in (np.dtype(np.float16), kinds.BFLOAT16)
-    return half and scale != 0 and hopper_config(d, dv, (-1, -1), softcap, slopes) is not None
 
 
 class _Grads:

@@ -58,7 +58,7 @@ class _Pool:
         return i
 
 
-_POOLS = {}  # context handle -> _Pool
+_POOLS = {}  # CUDA context -> _Pool
 
 
 def _stream(stream):
@@ -70,7 +70,7 @@ def maps(specs, stream=0):
     64-column, 128-byte-swizzled boxes, and the slots they occupy (None on the simulator)."""
     if simulator_enabled():
         return [cuda.to_device(_encoded(a, rows)) for a, rows in specs], None
-    ctx = cuda.current_context().handle.value
+    ctx = id(cuda.current_context())  # (a Context is not hashable)
     pool = _POOLS.get(ctx)
     if pool is None:
         pool = _POOLS[ctx] = _Pool()
@@ -84,6 +84,6 @@ def launched(slots, stream=0):
     """Mark ``slots`` as read by the launch just queued on ``stream``."""
     if slots is None:
         return
-    pool, s = _POOLS[cuda.current_context().handle.value], _stream(stream)
+    pool, s = _POOLS[id(cuda.current_context())], _stream(stream)
     for i in slots:
         pool.events[i].record(s)
