@@ -8,4 +8,6 @@
 ``attention_backward_io``        what goes in and out: D = rowsum(dO ∘ O) and the dQ sum
 ``attention_backward_tc``        b3 — the same backward on tensor cores (fp16 / bf16)
 ``attention_backward_tc_launch`` its tiles, fitted to the device, and its launch
+``hopper_backward``              hb1 — the same gradients on ``wgmma`` (sm_90a): a dK/dV
+                                 kernel and a dQ kernel, every operand from one swizzled copy
 """
