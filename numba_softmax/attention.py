@@ -58,7 +58,7 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
     from 16-byte aligned addresses (what its tensor maps describe; a strided view, as a
     model hands over, stays on ``mma.sync``: copying it each call costs more host time
     than the kernel saves).  ``NUMBA_SOFTMAX_HOPPER=off`` keeps Hopper on ``mma.sync``;
-    ``h2`` … ``h5`` pick one configuration of the kernel, strided inputs copied for it;
+    ``h2`` … ``h6`` pick one configuration of the kernel, strided inputs copied for it;
     ``auto`` (the default) h5, the fastest measured).
 
     Parameters

@@ -532,6 +532,18 @@ def _backward():
                          f"{HB}:dq_kernel", (kind, d, dv, vec),
                          u4 + (A(float32, 3), C(float32, 3), C(float32, 4), float64, int64, int64),
                          block=128, min_cc=(9, 0), arch="a"))
+    HW = "kernels.backward.hopper_backward_ws"  # hb2: TMA-fed, a producer warp
+    for kind, d in (("f16", 64), ("bf16", 128), ("f16", 128)):
+        maps = (C(uint64, 1),) * 4
+        out.append(Entry("attention_backward.hopper_ws", f"dkdv {kind} D{d}", f"{HW}:dkdv_kernel",
+                         (kind, NP[kind], d, d),
+                         maps + (A(float32, 3), C(float32, 3), A(ST[kind], 4), A(ST[kind], 4),
+                                 int64, int64, float64, int64, int64), block=160, min_cc=(9, 0),
+                         arch="a"))
+        out.append(Entry("attention_backward.hopper_ws", f"dq {kind} D{d}", f"{HW}:dq_kernel",
+                         (kind, d, d),
+                         maps + (A(float32, 3), C(float32, 3), C(float32, 4), int64, int64,
+                                 float64, int64, int64), block=160, min_cc=(9, 0), arch="a"))
     IO = "kernels.backward.attention_backward_io"
     for d in ("f32", "f16", "bf16", "f64"):  # preprocess(do, o, delta, dq_acc)
         out.append(Entry("attention_backward.preprocess", d, f"{IO}:preprocess", (NP[d],),
@@ -585,10 +597,11 @@ def _plumbing():
                          "kernels.attention.hopper:kernel", (kind, NP[kind], d, d, vec, vn),
                          (A(uint16, 4), A(uint16, 4), A(uint16, 4), A(t, 4), A(float32, 3),
                           float64, boolean), block=128, min_cc=(9, 0), arch="a"))
-    # h2 … h5: the warp-specialized, TMA-fed ones
+    # h2 … h6: the warp-specialized, TMA-fed ones
     for kind, d, cfg in (("f16", 64, "h2"), ("bf16", 128, "h2"), ("f16", 64, "h3"),
                          ("f16", 128, "h3"), ("bf16", 128, "h3"), ("f16", 64, "h4"),
-                         ("f16", 128, "h4"), ("bf16", 128, "h5")):
+                         ("f16", 128, "h4"), ("bf16", 128, "h5"), ("f16", 64, "h6"),
+                         ("bf16", 128, "h6")):
         out.append(Entry("attention.hopper_ws", f"{kind} D{d} {cfg}",
                          "kernels.attention.hopper_ws:kernel", (kind, NP[kind], d, d, cfg),
                          (C(uint64, 1), C(uint64, 1), C(uint64, 1), A(ST[kind], 4), A(float32, 3),

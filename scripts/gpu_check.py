@@ -9,9 +9,8 @@
 
 On a device lent 10 minutes a command, in two parts, the second merging the first.  On
 an H200 the first part took 336–352 s, on an H100 190–230 s — with the suite's quick
-tier; the suite job runs the full tier since tree 617877d (not yet timed on a GPU: the
-quick tier alone took about 300 s on an H100 at that tree, so give part A its 400 s and
-more, or a part of its own).  The second runs its twelve
+tier; the suite job runs the full tier since tree 617877d (398 s on an H100 at tree
+ca4e546, beside the reliability and example jobs: give part A 510 s).  The second runs its twelve
 jobs at once — 8 fuzz shards of about 1400 cases (11,369 in the H100 record) and the four
 sanitizers; run beside one another, shards and sanitizers have taken 205–330 s each
 (the H100: 276 s for the whole command), where ten shards and four sanitizers
@@ -19,7 +18,7 @@ through twelve workers took 586 s (the two queued jobs waited for the first to e
 ``--workers``' default, every job at once)::
 
     python scripts/gpu_check.py --out A --git-hash H --only suite,reliability,examples \
-        --skip-timed --suite-workers 12 --limit 400
+        --skip-timed --suite-workers 13 --limit 510
     python scripts/gpu_check.py --out B --git-hash H --only fuzz,sanitize --fuzz-shards 8 \
         --skip-timed --limit 480 --merge A/gpu-check-<device>.json
 

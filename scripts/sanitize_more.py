@@ -87,8 +87,9 @@ def attention_tc_cases(sim):
 
 
 def hopper_cases(sim):
-    """The wgmma kernels (``hopper_ws``: every configuration) on an sm_90 GPU: several key
-    tiles through the stage ring and its mbarriers, ragged ends, GQA, causal."""
+    """The wgmma kernels (``hopper_ws``: every configuration; the backwards hb1 and hb2) on
+    an sm_90 GPU: several key tiles through the stage ring and its mbarriers, ragged ends,
+    GQA, causal."""
     from numba import cuda
 
     from numba_softmax import reference as R
@@ -112,10 +113,36 @@ def hopper_cases(sim):
 
         return run
 
+    def backward(launch, sq, sk, d, causal, hq, hkv):
+        def run():  # hb1 / hb2 against b3, the mma.sync backward, on the same inputs
+            from numba_softmax.kernels.backward import attention_backward_tc_launch as b3
+
+            g = torch.Generator(device="cuda").manual_seed(sq * 100 + sk + d + 1)
+            q, do = (torch.randn(2, hq, sq, d, device="cuda", generator=g).half() for _ in "qd")
+            k, v = (torch.randn(2, hkv, sk, d, device="cuda", generator=g).half() for _ in "kv")
+            o, lse = torch.empty_like(q), torch.empty(2, hq, sq, device="cuda")
+            nb = [cuda.as_cuda_array(t) for t in (do, q, k, v, o)]
+            hopper_ws.launch(*nb[1:], cuda.as_cuda_array(lse), causal=causal)
+            grads = [[torch.empty_like(t) for t in (q, k, v)] for _ in range(2)]
+            for fn, gs in zip((launch, b3.launch), grads):
+                fn(*nb, cuda.as_cuda_array(lse), *(cuda.as_cuda_array(t) for t in gs),
+                   causal=causal)
+            for x, y in zip(*grads):
+                np.testing.assert_allclose(x.float().cpu().numpy(), y.float().cpu().numpy(),
+                                           rtol=2e-2, atol=2e-2)
+
+        return run
+
+    from numba_softmax.kernels.backward import hopper_backward, hopper_backward_ws
+
+    shapes = [(129, 300, 64, True, 4, 2), (200, 517, 128, False, 2, 1)]
     return [Case(f"hopper_ws:{c}:float16:{sq}x{sk}:D{d}:{'causal' if causal else 'full'}:h{hq}/{hkv}",
                  make(c, sq, sk, d, causal, hq, hkv))
-            for c in hopper_ws.CONFIGS
-            for sq, sk, d, causal, hq, hkv in [(129, 300, 64, True, 4, 2), (200, 517, 128, False, 2, 1)]]
+            for c in hopper_ws.CONFIGS for sq, sk, d, causal, hq, hkv in shapes] \
+        + [Case(f"{name}:float16:{sq}x{sk}:D{d}:{'causal' if causal else 'full'}:h{hq}/{hkv}",
+                backward(fn, sq, sk, d, causal, hq, hkv))
+           for name, fn in (("hb1", hopper_backward.launch), ("hb2", hopper_backward_ws.launch))
+           for sq, sk, d, causal, hq, hkv in shapes]
 
 
 def backward_cases(sim):

@@ -652,10 +652,10 @@ def hopper_problems(draw):
                     reason="the wgmma kernels on an sm_90 GPU (the simulator's: test_hopper_attention)")
 @given(p=hopper_problems())
 def test_fuzz_attention_hopper(p):
-    """The wgmma kernels (:mod:`numba_softmax.kernels.attention.hopper_ws`), h2 and h3
-    launched directly and through attention()'s route (a strided q copied for its tensor
-    map): ragged Sq, Sk around the tiles, GQA, causal, D 64/128, scales of either sign,
-    ±inf/NaN in q and k, NaN in v (without causal), fp16, against float64."""
+    """The wgmma kernels (:mod:`numba_softmax.kernels.attention.hopper_ws`), every
+    configuration launched directly, and attention() (contiguous inputs take h5; a strided
+    q stays on mma.sync): ragged Sq, Sk around the tiles, GQA, causal, D 64/128, scales of
+    either sign, ±inf/NaN in q and k, NaN in v (without causal), fp16, against float64."""
     from numba_softmax.kernels.attention import hopper_ws
 
     rng = np.random.default_rng(p["seed"])
@@ -682,7 +682,7 @@ def test_fuzz_attention_hopper(p):
         hopper_ws.launch(dq, dk, dv, o, lse, causal=p["causal"], scale=scale, config=config)
         check_attention_result(o.copy_to_host(), lse.copy_to_host(), ref_o, ref_lse, F16, delta,
                                vmax, f"hopper_ws {config} causal={p['causal']}")
-    if p["strided"]:  # q as a stepped view of a wider array: the route copies it
+    if p["strided"]:  # q as a stepped view of a wider array
         wide = np.zeros((b, hq, sq, 2 * d), F16)
         wide[..., ::2] = q
         dq = cuda.to_device(wide)[:, :, :, ::2]  # (Numba's device arrays take no Ellipsis)

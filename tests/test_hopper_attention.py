@@ -72,8 +72,9 @@ WS_CASES = sized(
 def _ws_params():
     """Every configuration on every case and dtype — on the simulator, h3 (h2's source in
     another configuration, 384 threads a block) on fp16's first two cases, h4 on the
-    second (two tiles: its loop), h5 (h4 on three stages) on the GPU only."""
-    sim_cases = {"h2": (0, 1, 2), "h3": (0, 1), "h4": (1,), "h5": ()}
+    second (two tiles: its loop), h5 (h4 on three stages) on the GPU only, h6 (h5 with
+    the consumers' turns) on the second."""
+    sim_cases = {"h2": (0, 1, 2), "h3": (0, 1), "h4": (1,), "h5": (), "h6": (1,)}
     out = []
     for config in hopper_ws.CONFIGS:
         for i, c in enumerate(WS_CASES):
@@ -90,7 +91,7 @@ def test_warp_specialized(case, dtype, config):
     """h2: the same fold fed by TMA through two stages by a producer warp; h3: two
     consumer warpgroups (128 query rows) on 128-key tiles, registers moved by setmaxnreg;
     h4: h3 with the softmax of tile j under the product of tile j − 1; h5: h4 on three
-    stages."""
+    stages; h6: h5 with the two consumers taking turns."""
     rng, _ = fresh()
     *shape, scale = case
     run(rng, *shape[:7], dtype, shape[7], scale=scale,

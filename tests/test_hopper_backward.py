@@ -1,5 +1,5 @@
-"""hb1, the wgmma attention backward (kernels/backward/hopper_backward.py), against the
-float64 reference with flash-attn's rule per gradient (``test_attention_backward_tc``'s
+"""hb1 and hb2, the wgmma attention backwards (kernels/backward/hopper_backward.py,
+hopper_backward_ws.py), against the float64 reference with flash-attn's rule per gradient (``test_attention_backward_tc``'s
 rule and same-precision path): on an sm_90 GPU, and on the simulator (its wgmma twin) at
 one or two tiles.  Outputs poisoned with NaN first; data fresh every run."""
 
@@ -9,6 +9,7 @@ from numba import cuda
 
 from numba_softmax import reference as R
 from numba_softmax.kernels.backward import hopper_backward as HB
+from numba_softmax.kernels.backward import hopper_backward_ws as HBW
 
 from _helpers import hopper_or_simulator, sized
 from test_attention_backward_tc import check_rule, lowp_backward, values
@@ -17,22 +18,22 @@ from test_backward import BF16, F16, att_case, fresh, poisoned
 pytestmark = pytest.mark.skipif(not hopper_or_simulator(), reason="wgmma needs sm_90 (or the simulator)")
 
 
-def run(inputs, causal=False, window=(-1, -1), scale=None, strided=False):
+def run(inputs, causal=False, window=(-1, -1), scale=None, strided=False, launch=HB.launch):
     do, q, k, v, o, lse = inputs
     outs = [poisoned(x.shape, x.dtype) for x in (q, k, v)]
     dev = [cuda.to_device(x) for x in inputs]
     if strided:  # q read through a view whose rows are not 16-byte aligned: value by value
         wide = cuda.to_device(np.concatenate([q, q[..., :1]], axis=-1))
         dev[1] = wide[:, :, :, :q.shape[-1]]
-    HB.launch(*dev, *outs, causal=causal, window=window, scale=scale)
+    launch(*dev, *outs, causal=causal, window=window, scale=scale)
     return [values(x.copy_to_host()) for x in outs]
 
 
 CASES = sized(
     [  # (b, hq, hkv, sq, sk, d, dv, causal, window, storage): one storage a case here
         (1, 1, 1, 9, 20, 64, 64, True, (-1, -1), F16),  # one tile each (the quick tier's)
-        (1, 2, 1, 60, 40, 128, 128, True, (-1, -1), BF16),  # GQA; D 128; Sq > Sk: rows that
-    ],                                                       # see nothing
+        (1, 2, 1, 24, 9, 128, 64, True, (-1, -1), BF16),  # GQA; D 128; Sq > Sk: rows that
+    ],                                                     # see nothing
     [(*c, s) for c in [
         (2, 4, 4, 200, 333, 64, 64, False, (-1, -1)),
         (2, 8, 2, 333, 200, 64, 64, True, (-1, -1)),
@@ -55,6 +56,32 @@ def test_matches_the_reference(case):
     check_rule(got, want, lowp, f"case {case}, seed {seed}", storage)
     if causal and sq > sk:  # the rows that see no key get no gradient
         assert np.all(got[0][..., : sq - sk, :] == 0)
+
+
+HB2_CASES = sized([(1, 3, 1, 9, 20, 64, 64, True, (-1, -1), F16)],  # GQA: 3 tiles, a stage reused
+                  [c for c in CASES if c[3] > 1])
+
+
+@pytest.mark.parametrize("case", HB2_CASES, ids=lambda c: "b{}-h{}-{}-sq{}-sk{}-d{}-{}{}-{}".format(
+    *c[:7], "-causal" if c[7] else "", "fp16" if c[9] == F16 else "bf16"))
+def test_hb2_matches_the_reference(case):
+    """hb2: hb1's kernels fed by TMA through a ring of stages by a producer warp."""
+    rng, seed = fresh()
+    b, hq, hkv, sq, sk, d, dv, causal, window, storage = case
+    inputs, want = att_case(rng, b, hq, hkv, sq, sk, d, dv, storage, causal, window, scale=0.3)
+    got = run(inputs, causal, window, scale=0.3, launch=HBW.launch)
+    lowp = lowp_backward(inputs, storage, causal, window, 0.3)
+    check_rule(got, want, lowp, f"hb2, case {case}, seed {seed}", storage)
+
+
+def test_hb2_refuses_strided_inputs():
+    rng, _ = fresh()
+    inputs, _ = att_case(rng, 1, 1, 1, 4, 4, 64, 64, F16)
+    dev = [cuda.to_device(x) for x in inputs]
+    outs = [cuda.to_device(np.zeros_like(x)) for x in inputs[1:4]]
+    wide = cuda.to_device(np.zeros((1, 1, 4, 128), F16))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        HBW.launch(dev[0], wide[:, :, :, :64], *dev[2:], *outs)
 
 
 def test_negative_scale_window_minus_inf_lse_and_rows_read_value_by_value():

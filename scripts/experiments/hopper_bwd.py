@@ -1,12 +1,12 @@
 #!/usr/bin/env python
-"""hb1, the wgmma attention backward, beside b3 (the package's mma.sync backward) and
-SDPA's backward.
+"""hb1 and hb2, the wgmma attention backwards, beside b3 (the package's mma.sync
+backward) and SDPA's backward.
 
     python scripts/experiments/hopper_bwd.py [--dtype bf16] [--out FILE]
 
 Needs an sm_90 GPU and PyTorch.  At each shape: O and LSE from h2 (the wgmma forward),
-dO random; hb1's and b3's gradients compared with each other (max |difference| over dQ,
-dK, dV: two kernels that share no code but the references' rule), then each timed —
+dO random; hb1's and hb2's gradients compared with b3's (max |difference| over dQ, dK,
+dV: kernels that share no code with b3 but the references' rule), then each timed —
 kernel time behind a sleeping kernel (``_timing.kernel_ms``: CUDA events, 20 calls a
 round, the median of 5 rounds), the preprocess and dQ-rounding kernels counted — and
 SDPA's backward (``torch.autograd.grad`` of its output, the forward not counted).  FLOPs
@@ -23,6 +23,7 @@ from numba import cuda
 from numba_softmax.kernels.attention import hopper_ws
 from numba_softmax.kernels.backward import attention_backward_tc_launch as b3
 from numba_softmax.kernels.backward import hopper_backward as hb
+from numba_softmax.kernels.backward import hopper_backward_ws as hb2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import kernel_ms  # noqa: E402
@@ -39,11 +40,11 @@ def main():
     p.add_argument("--shapes", type=int, default=len(SHAPES), help="the first N shapes")
     args = p.parse_args()
     dtype = torch.float16 if args.dtype == "fp16" else torch.bfloat16
-    names = ("hb1", "b3 (mma.sync)", "SDPA")
+    names = ("hb1", "hb2", "b3 (mma.sync)", "SDPA")
     lines = [f"{args.dtype} attention backward on {torch.cuda.get_device_name()}: ms and "
              "TFLOP/s (10·B·H·S²·D, half causal); |hb1 − b3|: max over dQ, dK, dV",
              f"{'B':>2} {'H':>3} {'S':>5} {'D':>4} {'causal':>6} "
-             + " ".join(f"{n:>14}" for n in names) + "   |hb1 − b3|"]
+             + " ".join(f"{n:>14}" for n in names) + "   |hb1 − b3| |hb2 − b3|"]
     print("\n".join(lines), flush=True)
     torch.manual_seed(0)
     bits = (lambda t: t) if dtype == torch.float16 else (lambda t: t.view(torch.uint16))
@@ -54,14 +55,16 @@ def main():
         nb = [cuda.as_cuda_array(bits(t)) for t in (do, q, k, v, o)]
         nl = cuda.as_cuda_array(lse)
         hopper_ws.launch(*nb[1:4], nb[4], nl, causal=causal, stream=stream)
-        grads = [[torch.empty_like(q) for _ in range(3)] for _ in range(2)]
+        grads = [[torch.empty_like(q) for _ in range(3)] for _ in range(3)]
         ng = [[cuda.as_cuda_array(bits(t)) for t in g] for g in grads]
         runs = [lambda _: hb.launch(*nb, nl, *ng[0], causal=causal, stream=stream),
-                lambda _: b3.launch(*nb, nl, *ng[1], causal=causal, stream=stream)]
+                lambda _: hb2.launch(*nb, nl, *ng[1], causal=causal, stream=stream),
+                lambda _: b3.launch(*nb, nl, *ng[2], causal=causal, stream=stream)]
         for fn in runs:
             fn(0)
         torch.cuda.synchronize()
-        diff = max((x.float() - y.float()).abs().max().item() for x, y in zip(*grads))
+        diffs = [max((x.float() - y.float()).abs().max().item() for x, y in zip(g, grads[2]))
+                 for g in grads[:2]]
         leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
         out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
         runs.append(lambda _: torch.autograd.grad(out, leaves, do, retain_graph=True))
@@ -70,7 +73,8 @@ def main():
         for fn in runs:
             ms = kernel_ms(fn, 1)
             cells.append(f"{ms:>7.3f} {flops / ms / 1e9:>6.1f}")
-        line = f"{b:>2} {h:>3} {s:>5} {d:>4} {str(causal):>6} " + " ".join(cells) + f"   {diff:.1e}"
+        line = f"{b:>2} {h:>3} {s:>5} {d:>4} {str(causal):>6} " + " ".join(cells) \
+            + "   " + "    ".join(f"{x:.1e}" for x in diffs)
         print(line, flush=True)
         lines.append(line)
 

@@ -1,4 +1,4 @@
-"""h2 and h3 — h1 fed the way Hopper moves data: TMA, a ring of mbarriers, a producer.
+"""h2 … h6 — h1 fed the way Hopper moves data: TMA, a ring of mbarriers, a producer.
 
 h1 (:mod:`.hopper`) copies every tile with the block's own threads between two barriers,
 so the tensor cores wait for the copies and the copies for the tensor cores.  Here one
@@ -28,10 +28,22 @@ warpgroups of 64 rows each share every K/V tile (128 query rows a block, half th
 a row), tiles of 128 keys (``wgmma m64n128k16``), and a whole producer warpgroup that
 gives its registers to the consumers with ``setmaxnreg`` (40 kept, 232 taken; the kernel
 is built for their mean, 168, so the pool balances).  What FlashAttention-3 adds beyond
-it: the consumers taking turns on named barriers (one's softmax under the other's
-products) and, inside one warpgroup, the softmax of tile j under the product of tile
-j − 1 — h4 (and h5, on three stages): start S_j, start O += P_{j−1} V_{j−1}, wait for
-S_j alone, weigh it while the second product runs, then wait, rescale O and pack P_j.
+it: inside one warpgroup, the softmax of tile j under the product of tile j − 1 — h4
+(and h5, on three stages): start S_j, start O += P_{j−1} V_{j−1}, wait for S_j alone,
+weigh it while the second product runs, then wait, rescale O and pack P_j; and between
+the two consumers, turns (its "ping-pong") — h6, h5 with each consumer issuing its
+products only on its turn and handing the turn over once they are issued, so one's
+softmax runs while the other's products have the tensor cores::
+
+    consumer w, every tile:  wait turn[w] │ start S_j, start P_{j−1} V_{j−1} │
+                             arrive on turn[1 − w] │ wait for S_j; softmax; …
+
+    turn[w]    128 arrivals (the other consumer's threads); consumer 1 arrives on
+               turn[0] once at the start, so consumer 0 goes first; the k-th wait of
+               consumer w passes parity k mod 2
+
+FlashAttention-3 takes turns on named barriers (``bar.sync`` / ``bar.arrive``); here they
+are two more mbarriers, the primitive this package already has (with its simulator twin).
 
 Needs: q, k, v C-contiguous, D and Dv 64 or 128, fp16 or bf16.  Sources: Shah et al.,
 FlashAttention-3 (2024), sections 3.1 (warp specialization, the producer/consumer ring).
@@ -50,11 +62,12 @@ from . import hopper_fold
 from .hopper import HEAD_DIMS, checked
 
 CONFIGS = {  # name: (consumer warpgroups, keys a tile, registers: producer, consumers,
-    #                   the softmax under the products, stages)
-    "h2": (1, 64, None, False, 2),
-    "h3": (2, 128, (40, 232), False, 2),
-    "h4": (2, 128, (40, 232), True, 2),
-    "h5": (2, 128, (40, 232), True, 3),
+    #                   the softmax under the products, stages, the consumers' turns)
+    "h2": (1, 64, None, False, 2, False),
+    "h3": (2, 128, (40, 232), False, 2, False),
+    "h4": (2, 128, (40, 232), True, 2, False),
+    "h5": (2, 128, (40, 232), True, 3, False),
+    "h6": (2, 128, (40, 232), True, 3, True),
 }
 WG = 128  # threads of a warpgroup, and query rows of a consumer: 64 (two rows a thread)
 
@@ -70,7 +83,7 @@ def kernel(kind, out_dtype, d, dv, config="h2"):
     """The warp-specialized forward for fp16 (``kind`` "f16") or bf16 ("bf16") tiles,
     output ``out_dtype``, in configuration ``config`` (:data:`CONFIGS`).  Returns (kernel,
     bytes of dynamic shared memory)."""
-    consumers, bn, regs, OVERLAP, STAGES = CONFIGS[config]
+    consumers, bn, regs, OVERLAP, STAGES, TURNS = CONFIGS[config]
     BM, BN, THREADS = shape(config)
     scores, accumulate = hopper_fold.products(kind, d, dv, BN, 64, True)
     update, done = hopper_fold.online(kind, dv, BN), hopper_fold.finish(out_dtype, dv)
@@ -91,7 +104,8 @@ def kernel(kind, out_dtype, d, dv, config="h2"):
     STAGE = K_ELEMS + V_ELEMS
     TILE_BYTES = 2 * STAGE
     FULL_0, EMPTY_0, Q_BAR = 0, STAGES, 2 * STAGES  # the barriers' slots
-    N_BARS = 2 * STAGES + 1
+    TURN_0 = 2 * STAGES + 1  # h6: turn[w], 128 arrivals: the other consumer has issued
+    N_BARS = 2 * STAGES + 1 + (2 if TURNS else 0)
     PRODUCER = WG * consumers // 32  # the producer's first warp
     if regs:  # every thread starts with the mean of the two budgets (168 for h3): what
         # the producer gives back is exactly what the consumers take from the block's pool
@@ -126,6 +140,9 @@ def kernel(kind, out_dtype, d, dv, config="h2"):
                 tma.mbarrier_init(bar, FULL_0 + st, 1)
                 tma.mbarrier_init(bar, EMPTY_0 + st, WG * consumers)
             tma.mbarrier_init(bar, Q_BAR, 1)
+            if TURNS:
+                tma.mbarrier_init(bar, TURN_0, WG)
+                tma.mbarrier_init(bar, TURN_0 + 1, WG)
         cuda.syncthreads()  # the barriers exist before anyone arrives on or waits for them
 
         if warp >= PRODUCER:  # the producer: one lane issues every load
@@ -178,9 +195,17 @@ def kernel(kind, out_dtype, d, dv, config="h2"):
             tma.wait(bar, Q_BAR, 0)  # Q has landed
         if OVERLAP:  # the softmax of tile j under the tensor cores' P_{j−1} V_{j−1}
             alpha = cuda.local.array(2, float32)  # each row's α
+            turn = 0  # h6: this consumer's turns so far
+            if TURNS and wg == 1 and n_tiles > 0:
+                tma.arrive(bar, TURN_0)  # consumer 0 issues first
             if n_tiles > 0:  # tile 0: S_0 alone
                 tma.wait(bar, FULL_0, 0)
+                if TURNS:  # my turn: the other consumer's products are issued
+                    tma.wait(bar, TURN_0 + wg, turn & 1)
                 start_scores(s, smem, my_q, smem, q_at + Q_ELEMS)
+                if TURNS:  # the other's turn: its products queue behind mine
+                    tma.arrive(bar, TURN_0 + 1 - wg)
+                    turn += 1
                 wait_all()
                 softmax(s, m, l, alpha, 0, row, hi, causal, sk, shift, sc, c2, t, scale < 0)
                 rescale(acc, alpha)
@@ -189,8 +214,13 @@ def kernel(kind, out_dtype, d, dv, config="h2"):
                 st, before = it % STAGES, (it - 1) % STAGES
                 at = q_at + Q_ELEMS + st * STAGE
                 tma.wait(bar, FULL_0 + st, (it // STAGES) & 1)  # K_j and V_j have landed
+                if TURNS:
+                    tma.wait(bar, TURN_0 + wg, turn & 1)
                 start_scores(s, smem, my_q, smem, at)  # S_j = Q K_jᵀ, started
                 start_accumulate(acc, pf, smem, q_at + Q_ELEMS + before * STAGE + K_ELEMS)
+                if TURNS:  # while this softmax runs, the other's products have the cores
+                    tma.arrive(bar, TURN_0 + 1 - wg)
+                    turn += 1
                 wait_one()  # S_j is done (groups complete in order); P_{j−1} V_{j−1} runs on
                 softmax(s, m, l, alpha, it * BN, row, hi, causal, sk, shift, sc, c2, t, scale < 0)
                 wait_all()  # P_{j−1} V_{j−1} is done: O may be rescaled, pf rewritten
@@ -199,7 +229,11 @@ def kernel(kind, out_dtype, d, dv, config="h2"):
                 pack(s, pf)
             last = (n_tiles - 1) % STAGES
             if n_tiles > 0:  # the last tile's O += P V
+                if TURNS:
+                    tma.wait(bar, TURN_0 + wg, turn & 1)
                 start_accumulate(acc, pf, smem, q_at + Q_ELEMS + last * STAGE + K_ELEMS)
+                if TURNS:
+                    tma.arrive(bar, TURN_0 + 1 - wg)
             # waits on every path, none inside a branch: where ptxas cannot prove a product
             # finished before its registers are read, it serializes every wgmma of the kernel
             wait_all()
@@ -227,7 +261,7 @@ def launch(q, k, v, o, lse, *, causal=False, scale=None, stream=0, config="h2"):
     """Run on C-contiguous 4-D device arrays q (B, Hq, Sq, D), k (B, Hkv, Sk, D),
     v (B, Hkv, Sk, Dv), all float16 or all uint16 (bfloat16 bits), Hq a multiple of Hkv,
     D and Dv 64 or 128; ``o`` (B, Hq, Sq, Dv: q's dtype or float32) and ``lse``
-    (B, Hq, Sq, float32) receive the result.  ``config``: "h2" or "h3"
+    (B, Hq, Sq, float32) receive the result.  ``config``: "h2" … "h6"
     (:data:`CONFIGS`).  Needs sm_90 (or the simulator)."""
     n_b, n_h, sq, d, n_kv, sk, dv, scale = checked(q, k, v, o, lse, scale)
     if not all(a.flags["C_CONTIGUOUS"] for a in (q, k, v)):

@@ -10,4 +10,6 @@
 ``attention_backward_tc_launch`` its tiles, fitted to the device, and its launch
 ``hopper_backward``              hb1 — the same gradients on ``wgmma`` (sm_90a): a dK/dV
                                  kernel and a dQ kernel, every operand from one swizzled copy
+``hopper_backward_ws``           hb2 — hb1 fed by TMA through a ring of stages by a producer
+                                 warp
 """

@@ -82,21 +82,21 @@ def _stager(vec, width):
 
 
 @jit.device
-def _visible(i, j, shift, left, right):
+def visible(i, j, shift, left, right):
     """Query i sees key j: −left ≤ j − (i + shift) ≤ right (−1: no bound that side)."""
     dist = j - i - shift
     return (left < 0 or dist >= -left) and (right < 0 or dist <= right)
 
 
 @jit.device
-def _whole(i0, j0, shift, left, right):
+def whole(i0, j0, shift, left, right):
     """Every query of i0 … i0+63 sees every key of j0 … j0+63."""
     return ((left < 0 or j0 - (i0 + BM - 1) - shift >= -left)
             and (right < 0 or j0 + BN - 1 - i0 - shift <= right))
 
 
 @functools.cache
-def _parts(kind, d, dv, vec):
+def parts(kind, d, dv, vec=1):
     """What both kernels share: the stagers, the four products, the packer."""
     qk, acc_v = hopper_fold.products(kind, d, dv, BN, BM, True)  # S-like on D; += · (·, Dv)
     vdo, acc_k = hopper_fold.products(kind, dv, d, BN, BM, True)  # S-like on Dv; += · (·, D)
@@ -113,7 +113,7 @@ def _shared(d, dv):
 @functools.cache
 def dkdv_kernel(kind, out_dtype, d, dv, vec):
     """dK, dV of 64 keys a block; grid (⌈Sk/64⌉, B·Hkv) of 128 threads."""
-    stage_d, stage_v, qk, vdo, acc_v, acc_k, pack = _parts(kind, d, dv, vec)
+    stage_d, stage_v, qk, vdo, acc_v, acc_k, pack = parts(kind, d, dv, vec)
     store = jit.storer(out_dtype)
     NS, KP = BN // 2, BN // 16  # S registers a lane; P's k16 steps
     ND, NV = d // 2, dv // 2  # dK, dV registers a lane
@@ -167,14 +167,14 @@ def dkdv_kernel(kind, out_dtype, d, dv, vec):
 
                 qk(s, smem, k_at, smem, q_at)  # Sᵀ = K_j Q_iᵀ
                 vdo(dp, smem, v_at, smem, do_at)  # dPᵀ = V_j dO_iᵀ
-                whole = i0 + BN <= sq and _whole(i0, j0, shift, left, right)
+                inside = i0 + BN <= sq and whole(i0, j0, shift, left, right)
                 for rr in range(2):
                     key = j0 + 16 * warp + g + 8 * rr
                     for j in range(BN // 8):
                         for e in range(2):
                             x, col = 4 * j + 2 * rr + e, 8 * j + 2 * t + e
                             p = math.exp2(s[x] * c2 - lse_s[col])  # Pᵀ
-                            if not whole and not _visible(i0 + col, key, shift, left, right):
+                            if not inside and not visible(i0 + col, key, shift, left, right):
                                 p = float32(0.0)
                             s[x] = p
                             dp[x] = p * (dp[x] - dl_s[col])  # dSᵀ = Pᵀ ∘ (dPᵀ − D_i)
@@ -200,7 +200,7 @@ def dkdv_kernel(kind, out_dtype, d, dv, vec):
 @functools.cache
 def dq_kernel(kind, d, dv, vec):
     """dQ of 64 query rows a block, into the float32 accumulator; grid (⌈Sq/64⌉, B·Hq)."""
-    stage_d, stage_v, qk, vdo, acc_v, acc_k, pack = _parts(kind, d, dv, vec)
+    stage_d, stage_v, qk, vdo, acc_v, acc_k, pack = parts(kind, d, dv, vec)
     NS, KP, ND = BN // 2, BN // 16, d // 2
 
     @jit.kernel
@@ -247,14 +247,14 @@ def dq_kernel(kind, d, dv, vec):
 
             qk(s, smem, q_at, smem, k_at)  # S = Q_i K_jᵀ
             vdo(dp, smem, do_at, smem, v_at)  # dP = dO_i V_jᵀ
-            whole = j0 + BN <= sk and _whole(i0, j0, shift, left, right)
+            inside = j0 + BN <= sk and whole(i0, j0, shift, left, right)
             for rr in range(2):
                 row = i0 + 16 * warp + g + 8 * rr
                 for j in range(BN // 8):
                     for e in range(2):
                         x, key = 4 * j + 2 * rr + e, j0 + 8 * j + 2 * t + e
                         p = math.exp2(s[x] * c2 - l2[rr])  # P
-                        if not whole and not (key < sk and _visible(row, key, shift, left, right)):
+                        if not inside and not (key < sk and visible(row, key, shift, left, right)):
                             p = float32(0.0)
                         dp[x] = p * (dp[x] - dl[rr])  # dS = P ∘ (dP − D)
             pack(dp, pf)

@@ -1,0 +1,316 @@
+"""hb2 — hb1 fed the way h2 is: TMA loads into a ring of stages, asked for by a producer warp.
+
+hb1 (:mod:`.hopper_backward`) has the block's threads copy every tile between two
+barriers, so the tensor cores wait for the copies — the forward's h1 ran at 65–97 TFLOP/s
+for that reason and h2, fed by the copy engine, at 307–455.  Here each kernel is h2's
+shape (:mod:`..attention.hopper_ws`): one consumer warpgroup and one producer warp::
+
+    dkdv   a block: 64 keys of one (batch, K/V head)
+           producer  K_j, V_j once; then for each (query head of the group, query tile i
+                     that sees a key): wait until the stage is empty, Q_i and dO_i into it
+           consumer  wait until K_j, V_j have landed; per tile: wait until its stage is
+                     full, Sᵀ = K_j Q_iᵀ, dPᵀ = V_j dO_iᵀ, Pᵀ and dSᵀ (LSE_i, D_i read
+                     from memory, two values at a time), dV += Pᵀ dO_i, dK += dSᵀ Q_i,
+                     arrive on the stage's empty barrier
+    dq     a block: 64 query rows; Q_i, dO_i once; per key tile j the rows see, K_j and
+           V_j through the ring; S, dP, dS, then dQ += dS K_j
+
+    barriers   full[s]: the producer's expect + the tile's bytes; empty[s]: 128 arrivals;
+               once: the stationary tiles' bytes.  The n-th use of stage s completes
+               phase n mod 2, as in h2.
+
+The products, the packing of Pᵀ and dSᵀ into A fragments and the masks are hb1's
+(:func:`.hopper_backward.parts`, ``visible``, ``whole``).  Tensor maps (3-D, over
+(B·H, S, D), 128-byte swizzled, rows past a sequence's end arriving as zeros) need
+C-contiguous do, q, k, v; each product is still waited for before the next starts.
+"""
+
+import functools
+import math
+
+import numpy as np
+from numba import cuda, float32, uint16, uint32, uint64
+
+from ...runtime import launcher
+from ..hw import jit, tma, tma_maps, wgmma
+from ..hw.jit import LOG2E
+from . import attention_backward_io as io
+from .hopper_backward import BM, BN, HEAD_DIMS, parts, visible, whole
+
+STAGES = 2
+WG = 128  # the consumer warpgroup; the producer is the warp after it
+THREADS = WG + 32
+CHUNK = 64 * 64  # uint16 values in one 64-wide swizzled box of 64 rows
+
+
+def _shared(d, dv):
+    """Bytes of dynamic shared memory: the stationary pair and STAGES moving pairs."""
+    return 2 * 64 * (d + dv) * (1 + STAGES) + 1024
+
+
+@functools.cache
+def dkdv_kernel(kind, out_dtype, d, dv):
+    """dK, dV of 64 keys a block; grid (⌈Sk/64⌉, B·Hkv) of 160 threads."""
+    qk, vdo, acc_v, acc_k, pack = parts(kind, d, dv)[2:]
+    store = jit.storer(out_dtype)
+    NS, KP, ND, NV = BN // 2, BN // 16, d // 2, dv // 2
+    A_E, B_E = 64 * d, 64 * dv  # a tile of D columns, of Dv columns (uint16 values)
+    STAGE = A_E + B_E
+    FULL_0, EMPTY_0, ONCE, N_BARS = 0, STAGES, 2 * STAGES, 2 * STAGES + 1
+    inf = math.inf
+
+    @jit.kernel
+    def dkdv(tq, tk, tv, tdo, lse, delta, dk, dv_out, n_h, sq, scale, left, right):
+        tid = cuda.threadIdx.x
+        warp, lane = tid >> 5, tid & 31
+        g, t = lane >> 2, lane & 3
+        n_kv, sk = dk.shape[1], dk.shape[2]
+        group = n_h // n_kv
+        b, hk = cuda.blockIdx.y // n_kv, cuda.blockIdx.y % n_kv
+        j0, shift = cuda.blockIdx.x * BM, sk - sq
+        lo = 0 if right < 0 else max(0, j0 - shift - right)  # the query rows that see
+        hi = sq if left < 0 else min(sq, j0 + BM - shift + left)  # a key of the block
+        t0 = lo // BN
+        n_qt = (hi - t0 * BN + BN - 1) // BN if hi > t0 * BN else 0
+        n_tiles = group * n_qt  # (query head, query tile) pairs, head by head
+        c2 = float32(scale * LOG2E)
+
+        smem = cuda.shared.array(0, uint16)  # K_j, V_j, then STAGES × (Q_i, dO_i)
+        bar = cuda.shared.array(N_BARS, uint64)
+        k_at = ((1024 - (wgmma.address(smem, 0) & 1023)) & 1023) >> 1
+        v_at = k_at + A_E
+        ring = v_at + B_E
+        if tid == 0:
+            for st in range(STAGES):
+                tma.mbarrier_init(bar, FULL_0 + st, 1)
+                tma.mbarrier_init(bar, EMPTY_0 + st, WG)
+            tma.mbarrier_init(bar, ONCE, 1)
+        cuda.syncthreads()  # the barriers exist before anyone arrives on or waits for them
+
+        if warp == WG // 32:  # the producer: lane 0 issues every load
+            if lane == 0 and n_tiles > 0:
+                tma.tensormap_acquire(tq)  # the maps were written through another proxy
+                tma.tensormap_acquire(tk)
+                tma.tensormap_acquire(tv)
+                tma.tensormap_acquire(tdo)
+                tma.arrive_expect_tx(bar, ONCE, 2 * STAGE)
+                for c in range(d // 64):
+                    tma.tma_load_3d(smem, k_at + c * CHUNK, tk, 64 * c, j0, b * n_kv + hk, bar,
+                                    ONCE)
+                for c in range(dv // 64):
+                    tma.tma_load_3d(smem, v_at + c * CHUNK, tv, 64 * c, j0, b * n_kv + hk, bar,
+                                    ONCE)
+                for it in range(n_tiles):
+                    st = it % STAGES
+                    if it >= STAGES:  # the consumer is done with tile it − STAGES
+                        tma.wait(bar, EMPTY_0 + st, ((it // STAGES) - 1) & 1)
+                    plane = b * n_h + hk * group + it // n_qt
+                    i0 = (t0 + it % n_qt) * BN
+                    at = ring + st * STAGE
+                    tma.arrive_expect_tx(bar, FULL_0 + st, 2 * STAGE)
+                    for c in range(d // 64):
+                        tma.tma_load_3d(smem, at + c * CHUNK, tq, 64 * c, i0, plane, bar, FULL_0 + st)
+                    for c in range(dv // 64):
+                        tma.tma_load_3d(smem, at + A_E + c * CHUNK, tdo, 64 * c, i0, plane, bar,
+                                        FULL_0 + st)
+                last = n_tiles - 1  # stay until the last tile is read: its loads are ours
+                tma.wait(bar, EMPTY_0 + last % STAGES, (last // STAGES) & 1)
+            return
+
+        s = cuda.local.array(NS, float32)  # Sᵀ, then Pᵀ: s[4j + 2rr + e] is key row rr,
+        dp = cuda.local.array(NS, float32)  # query 8j + 2t + e; dPᵀ, then dSᵀ
+        acc_dk = cuda.local.array(ND, float32)
+        acc_dv = cuda.local.array(NV, float32)
+        pf = cuda.local.array((KP, 4), uint32)
+        for x in range(ND):
+            acc_dk[x] = 0.0
+        for x in range(NV):
+            acc_dv[x] = 0.0
+        if n_tiles > 0:
+            tma.wait(bar, ONCE, 0)  # K_j and V_j have landed
+        for it in range(n_tiles):
+            st = it % STAGES
+            h = hk * group + it // n_qt
+            i0 = (t0 + it % n_qt) * BN
+            at = ring + st * STAGE
+            tma.wait(bar, FULL_0 + st, (it // STAGES) & 1)  # Q_i and dO_i have landed
+            qk(s, smem, k_at, smem, at)  # Sᵀ = K_j Q_iᵀ
+            vdo(dp, smem, v_at, smem, at + A_E)  # dPᵀ = V_j dO_iᵀ
+            inside = i0 + BN <= sq and whole(i0, j0, shift, left, right)
+            for j in range(BN // 8):
+                for e in range(2):
+                    col = 8 * j + 2 * t + e
+                    r = i0 + col  # this column's query row: its LSE and D, from memory
+                    x = lse[b, h, r] if r < sq else -inf
+                    l2 = x * float32(LOG2E) if x != -inf else inf  # +inf: no part
+                    dl = delta[b, h, r] if r < sq else float32(0.0)
+                    for rr in range(2):
+                        key = j0 + 16 * warp + g + 8 * rr
+                        y = 4 * j + 2 * rr + e
+                        p = math.exp2(s[y] * c2 - l2)  # Pᵀ
+                        if not inside and not visible(r, key, shift, left, right):
+                            p = float32(0.0)
+                        s[y] = p
+                        dp[y] = p * (dp[y] - dl)  # dSᵀ = Pᵀ ∘ (dPᵀ − D_i)
+            pack(s, pf)
+            acc_v(acc_dv, pf, smem, at + A_E)  # dV += Pᵀ dO_i
+            pack(dp, pf)
+            acc_k(acc_dk, pf, smem, at)  # dK += dSᵀ Q_i
+            tma.arrive(bar, EMPTY_0 + st)  # this thread's products have read the stage
+
+        for rr in range(2):
+            key = j0 + 16 * warp + g + 8 * rr
+            if key < sk:
+                for j in range(ND // 4):
+                    for e in range(2):
+                        dk[b, hk, key, 8 * j + 2 * t + e] = store(
+                            acc_dk[4 * j + 2 * rr + e] * float32(scale))
+                for j in range(NV // 4):
+                    for e in range(2):
+                        dv_out[b, hk, key, 8 * j + 2 * t + e] = store(acc_dv[4 * j + 2 * rr + e])
+
+    return dkdv
+
+
+@functools.cache
+def dq_kernel(kind, d, dv):
+    """dQ of 64 query rows a block, into the float32 accumulator; grid (⌈Sq/64⌉, B·Hq)."""
+    qk, vdo, acc_v, acc_k, pack = parts(kind, d, dv)[2:]
+    NS, KP, ND = BN // 2, BN // 16, d // 2
+    A_E, B_E = 64 * d, 64 * dv
+    STAGE = A_E + B_E
+    FULL_0, EMPTY_0, ONCE, N_BARS = 0, STAGES, 2 * STAGES, 2 * STAGES + 1
+
+    @jit.kernel
+    def dq(tq, tk, tv, tdo, lse, delta, dq_acc, n_kv, sk, scale, left, right):
+        tid = cuda.threadIdx.x
+        warp, lane = tid >> 5, tid & 31
+        g, t = lane >> 2, lane & 3
+        n_h, sq = dq_acc.shape[1], dq_acc.shape[2]
+        b, h = cuda.blockIdx.y // n_h, cuda.blockIdx.y % n_h
+        hk = h // (n_h // n_kv)
+        i0, shift = cuda.blockIdx.x * BM, sk - sq
+        lo = 0 if left < 0 else max(0, i0 + shift - left)  # the keys some row sees
+        hi = sk if right < 0 else min(sk, i0 + BM + shift + right)
+        t0 = lo // BN
+        n_tiles = (hi - t0 * BN + BN - 1) // BN if hi > t0 * BN else 0
+        c2 = float32(scale * LOG2E)
+
+        smem = cuda.shared.array(0, uint16)  # Q_i, dO_i, then STAGES × (K_j, V_j)
+        bar = cuda.shared.array(N_BARS, uint64)
+        q_at = ((1024 - (wgmma.address(smem, 0) & 1023)) & 1023) >> 1
+        do_at = q_at + A_E
+        ring = do_at + B_E
+        if tid == 0:
+            for st in range(STAGES):
+                tma.mbarrier_init(bar, FULL_0 + st, 1)
+                tma.mbarrier_init(bar, EMPTY_0 + st, WG)
+            tma.mbarrier_init(bar, ONCE, 1)
+        cuda.syncthreads()  # the barriers exist before anyone arrives on or waits for them
+
+        if warp == WG // 32:  # the producer
+            if lane == 0 and n_tiles > 0:
+                tma.tensormap_acquire(tq)
+                tma.tensormap_acquire(tk)
+                tma.tensormap_acquire(tv)
+                tma.tensormap_acquire(tdo)
+                tma.arrive_expect_tx(bar, ONCE, 2 * STAGE)
+                for c in range(d // 64):
+                    tma.tma_load_3d(smem, q_at + c * CHUNK, tq, 64 * c, i0, b * n_h + h, bar, ONCE)
+                for c in range(dv // 64):
+                    tma.tma_load_3d(smem, do_at + c * CHUNK, tdo, 64 * c, i0, b * n_h + h, bar,
+                                    ONCE)
+                for it in range(n_tiles):
+                    st = it % STAGES
+                    if it >= STAGES:
+                        tma.wait(bar, EMPTY_0 + st, ((it // STAGES) - 1) & 1)
+                    at = ring + st * STAGE
+                    tma.arrive_expect_tx(bar, FULL_0 + st, 2 * STAGE)
+                    for c in range(d // 64):
+                        tma.tma_load_3d(smem, at + c * CHUNK, tk, 64 * c, (t0 + it) * BN,
+                                        b * n_kv + hk, bar, FULL_0 + st)
+                    for c in range(dv // 64):
+                        tma.tma_load_3d(smem, at + A_E + c * CHUNK, tv, 64 * c, (t0 + it) * BN,
+                                        b * n_kv + hk, bar, FULL_0 + st)
+                last = n_tiles - 1
+                tma.wait(bar, EMPTY_0 + last % STAGES, (last // STAGES) & 1)
+            return
+
+        s = cuda.local.array(NS, float32)  # S, then P: s[4j + 2rr + e] is row rr, key 8j + 2t + e
+        dp = cuda.local.array(NS, float32)  # dP, then dS
+        acc = cuda.local.array(ND, float32)  # dQ
+        pf = cuda.local.array((KP, 4), uint32)
+        l2 = cuda.local.array(2, float32)  # the lane's rows' LSE·log2 e (+inf: no part)
+        dl = cuda.local.array(2, float32)  # and D
+        for x in range(ND):
+            acc[x] = 0.0
+        for rr in range(2):
+            r = i0 + 16 * warp + g + 8 * rr
+            x = lse[b, h, r] if r < sq else -math.inf
+            l2[rr] = x * float32(LOG2E) if x != -math.inf else math.inf
+            dl[rr] = delta[b, h, r] if r < sq else 0.0
+        if n_tiles > 0:
+            tma.wait(bar, ONCE, 0)  # Q_i and dO_i have landed
+        for it in range(n_tiles):
+            st = it % STAGES
+            j0 = (t0 + it) * BN
+            at = ring + st * STAGE
+            tma.wait(bar, FULL_0 + st, (it // STAGES) & 1)  # K_j and V_j have landed
+            qk(s, smem, q_at, smem, at)  # S = Q_i K_jᵀ
+            vdo(dp, smem, do_at, smem, at + A_E)  # dP = dO_i V_jᵀ
+            inside = j0 + BN <= sk and whole(i0, j0, shift, left, right)
+            for rr in range(2):
+                row = i0 + 16 * warp + g + 8 * rr
+                for j in range(BN // 8):
+                    for e in range(2):
+                        y, key = 4 * j + 2 * rr + e, j0 + 8 * j + 2 * t + e
+                        p = math.exp2(s[y] * c2 - l2[rr])
+                        if not inside and not (key < sk and visible(row, key, shift, left, right)):
+                            p = float32(0.0)
+                        dp[y] = p * (dp[y] - dl[rr])  # dS = P ∘ (dP − D)
+            pack(dp, pf)
+            acc_k(acc, pf, smem, at)  # dQ += dS K_j
+            tma.arrive(bar, EMPTY_0 + st)
+
+        for rr in range(2):
+            r = i0 + 16 * warp + g + 8 * rr
+            if r < sq:
+                for j in range(ND // 4):
+                    for e in range(2):
+                        dq_acc[b, h, r, 8 * j + 2 * t + e] = acc[4 * j + 2 * rr + e] * float32(scale)
+
+    return dq
+
+
+def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), scale=None,
+           stream=0):
+    """As :func:`.hopper_backward.launch`, for C-contiguous do, q, k, v (their tensor maps
+    see (B·H, S, D))."""
+    if q.dtype not in (np.float16, np.uint16) or not (do.dtype == q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"do, q, k, v must all be float16 or all uint16 (bfloat16 bits), got "
+                        f"{do.dtype}, {q.dtype}, {k.dtype}, {v.dtype}")
+    d, dvh = q.shape[3], v.shape[3]
+    if d not in HEAD_DIMS or dvh not in HEAD_DIMS:
+        raise ValueError(f"D and Dv must be 64 or 128, got {d} and {dvh}")
+    if not all(a.flags["C_CONTIGUOUS"] for a in (do, q, k, v)):
+        raise ValueError("do, q, k, v must be C-contiguous (their tensor maps see (B·H, S, D))")
+    if scale is not None and not (math.isfinite(scale) and scale != 0.0):
+        raise ValueError(f"scale must be finite and nonzero, got {scale}")
+    kind = "f16" if q.dtype == np.float16 else "bf16"
+    shared = _shared(d, dvh)
+
+    def main(delta, dq_acc, scale, left, right):
+        n_b, n_h, sq = q.shape[:3]
+        n_kv, sk = k.shape[1:3]
+        maps, slots = tma_maps.maps([(a, 64) for a in (q, k, v, do)], stream)
+        launcher.launch(dkdv_kernel(kind, dk.dtype, d, dvh), (-(-sk // BM), n_b * n_kv), THREADS,
+                        stream, (*maps, lse, delta, dk, dv, n_h, sq, scale, left, right),
+                        shared=shared)
+        if sq:
+            launcher.launch(dq_kernel(kind, d, dvh), (-(-sq // BM), n_b * n_h), THREADS, stream,
+                            (*maps, lse, delta, dq_acc, n_kv, sk, scale, left, right),
+                            shared=shared)
+        tma_maps.launched(slots, stream)
+
+    io.launch(main, do, q, k, v, o, dq, causal=causal, window=window, scale=scale,
+              stream=stream, max_head_dim=128)
