@@ -164,7 +164,6 @@ FULL_ONLY = [
     "test_gpu_check.py::test_simulator_only_modules_are_found_from_their_imports",
     "test_hopper_attention.py::test_negative_scale_float32_output_and_rows_read_value_by_value",
     "test_hopper_attention.py::test_v_read_n_major",
-    "test_hopper_backward.py::test_negative_scale_window_minus_inf_lse_and_rows_read_value_by_value",
     "test_hopper_backward.py::test_hb2_matches_the_reference",
     # the mutation audit's tests: each the full tier's (their paths have quick tests)
     "test_mutants.py::test_sample_rows_without_softmax_give_minus_one",
