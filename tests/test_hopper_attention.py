@@ -203,3 +203,20 @@ def test_tensor_map_slots_are_reused_safely(monkeypatch):
     slots = dict(pool.slot_of)
     hopper_ws.launch(*cases[0][1], o, lse, causal=True, config="h5")  # its maps are in place
     assert pool.slot_of == slots and pool.next == (5 * 3) % 4
+
+
+def test_a_launch_never_rewrites_a_slot_it_reads(monkeypatch):
+    """The slot ring's eviction (kernels/hw/tma_maps.py) skips the slots a launch has
+    already been given: with four slots full and the next one to rewrite holding the map
+    a launch just found there, its next new map goes to another slot."""
+    from numba_softmax.kernels.hw import tma_maps
+
+    monkeypatch.setattr(tma_maps, "SLOTS", 4)
+    pool = tma_maps._Pool()
+    arrays = [cuda.to_device(np.zeros((1, 1, 64, 64), F16)) for _ in range(5)]
+    stream = cuda.default_stream()
+    first = [pool.slot(("a", i), arrays[i], 64, stream) for i in range(4)]  # full; next: 0
+    assert first == [0, 1, 2, 3] and pool.next == 0
+    taken = [pool.slot(("a", 0), arrays[0], 64, stream)]  # found in slot 0
+    taken.append(pool.slot(("a", 4), arrays[4], 64, stream, taken))
+    assert taken == [0, 1] and pool.slot_of[("a", 0)] == 0 and ("a", 1) not in pool.slot_of

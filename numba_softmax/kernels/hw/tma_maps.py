@@ -41,13 +41,19 @@ class _Pool:
         self.device = cuda.device_array((SLOTS, WORDS), np.uint64)
         self.views = [self.device[i] for i in range(SLOTS)]
         self.host = cuda.pinned_array((SLOTS, WORDS), np.uint64)
-        self.events = [cuda.event(timing=False) for _ in range(SLOTS)]
+        # (the simulator's events take no arguments; its pool serves tests of the ring)
+        self.events = [cuda.event() if simulator_enabled() else cuda.event(timing=False)
+                       for _ in range(SLOTS)]
         self.slot_of, self.key_of, self.next = {}, [None] * SLOTS, 0
 
-    def slot(self, key, array, rows, stream):
+    def slot(self, key, array, rows, stream, taken=()):
+        """The slot holding ``key``'s map, written first if it is not there; ``taken``:
+        slots this launch reads already, never the one rewritten."""
         if key in self.slot_of:
             return self.slot_of[key]
         i = self.next
+        while i in taken:
+            i = (i + 1) % SLOTS
         self.next = (i + 1) % SLOTS
         if self.key_of[i] is not None:
             del self.slot_of[self.key_of[i]]
@@ -74,9 +80,10 @@ def maps(specs, stream=0):
     pool = _POOLS.get(ctx)
     if pool is None:
         pool = _POOLS[ctx] = _Pool()
-    s = _stream(stream)
-    slots = [pool.slot((a.__cuda_array_interface__["data"][0], a.shape, str(a.dtype), rows),
-                       a, rows, s) for a, rows in specs]
+    s, slots = _stream(stream), []
+    for a, rows in specs:
+        key = (a.__cuda_array_interface__["data"][0], a.shape, str(a.dtype), rows)
+        slots.append(pool.slot(key, a, rows, s, slots))
     return [pool.views[i] for i in slots], slots
 
 
