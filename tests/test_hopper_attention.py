@@ -71,10 +71,10 @@ WS_CASES = sized(
 
 def _ws_params():
     """Every configuration on every case and dtype — on the simulator, h3 (h2's source in
-    another configuration, 384 threads a block) on fp16's first two cases, h4 on the
-    second (two tiles: its loop), h5 (h4 on three stages) on the GPU only, h6 (h5 with
-    the consumers' turns) on the second."""
-    sim_cases = {"h2": (0, 1, 2), "h3": (0, 1), "h4": (1,), "h5": (), "h6": (1,)}
+    another configuration, 384 threads a block) on fp16's first case, h4 on the second
+    (two tiles: its loop), h5 (h4 on three stages) on the GPU only, h6 (h5 with the
+    consumers' turns) on the second."""
+    sim_cases = {"h2": (0, 1, 2), "h3": (0,), "h4": (1,), "h5": (), "h6": (1,)}
     out = []
     for config in hopper_ws.CONFIGS:
         for i, c in enumerate(WS_CASES):

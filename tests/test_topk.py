@@ -111,8 +111,8 @@ def test_block_per_row_shared_floor(ties, four_warp_blocks):
     run(x, 40, plan=K.Plan(False, 64, 4))
 
 
-@pytest.mark.parametrize("dtype", sized(["float32", "bfloat16"],  # (float64: its lag in double;
-                                         ["float32", "bfloat16", "float64"]))  # CI's time)
+@pytest.mark.parametrize("dtype", sized(["float32"],  # (16-bit chunks and float64 at GPU
+                                         ["float32", "bfloat16", "float64"]))  # sizes: CI's time)
 def test_lagging_reference_its_rescale_and_special_chunks(dtype):
     """ℓ is summed against the m of a thread's chunks before, m moving only when a
     chunk's max passes it by more than LAG (16): chunks that raise the max within the lag,

@@ -19,8 +19,8 @@ def test_every_variant_builds_and_the_exact_and_close_ones_match_the_package(tmp
         four_warp_blocks(sys.modules[f"ns_{i}.runtime.launcher"])
     rng = np.random.default_rng(3)
     x = cuda.to_device(rng.standard_normal((2, 700)).astype(np.float32))
-    # (k 40: two slots, the buffered path; the simulator leaves out the two-warp block)
-    for threads, k in sized(((128, 6), (64, 40)), ((64, 6), (128, 6), (64, 40))):
+    # (k 40: two slots, the buffered path; the simulator runs it alone, for CI's time)
+    for threads, k in sized(((64, 40),), ((64, 6), (128, 6), (64, 40))):
         out = {}
         for name, mod in modules.items():
             values = cuda.to_device(np.full((2, k), np.nan, np.float32))
