@@ -25,6 +25,19 @@ def kernel_ms(fn, sets, calls=20, rounds=5, sleep_cycles=200_000_000):
     return statistics.median(out)
 
 
+def row_cells(runs, flops):
+    """One table row's cells: "ms TFLOP/s" of each of ``runs`` (``kernel_ms(fn, 1)``;
+    ``flops`` a call), "—" for a run that is None (skipped, or failed its check)."""
+    cells = []
+    for fn in runs:
+        if fn is None:
+            cells.append(f"{'—':>14}")
+            continue
+        ms = kernel_ms(fn, 1)
+        cells.append(f"{ms:>7.3f} {flops / ms / 1e9:>6.1f}")
+    return cells
+
+
 class RowSets:
     """Rows to time a softmax on, rotated past the L2: ``sets`` inputs ``xs`` (fresh
     normal values), outputs ``ys``, their Numba views ``nx``/``ny``, the float32

@@ -26,7 +26,7 @@ from numba_softmax.kernels.backward import hopper_backward as hb
 from numba_softmax.kernels.backward import hopper_backward_ws as hb2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import kernel_ms  # noqa: E402
+from _timing import row_cells  # noqa: E402
 
 SHAPES = [(4, 16, 4096, 64, False), (4, 16, 4096, 128, False), (4, 16, 4096, 64, True),
           (4, 16, 4096, 128, True), (1, 16, 16384, 64, False), (1, 16, 16384, 128, False),
@@ -69,15 +69,11 @@ def main():
         out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
         runs.append(lambda _: torch.autograd.grad(out, leaves, do, retain_graph=True))
         flops = 10 * b * h * s * s * d * (0.5 if causal else 1.0)
-        cells = []
-        for fn in runs:
-            ms = kernel_ms(fn, 1)
-            cells.append(f"{ms:>7.3f} {flops / ms / 1e9:>6.1f}")
+        cells = row_cells(runs, flops)
         line = f"{b:>2} {h:>3} {s:>5} {d:>4} {str(causal):>6} " + " ".join(cells) \
             + "   " + "    ".join(f"{x:.1e}" for x in diffs)
         print(line, flush=True)
         lines.append(line)
-
     if args.out:
         with open(args.out, "w") as f:
             f.write("\n".join(lines) + "\n")

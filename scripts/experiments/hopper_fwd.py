@@ -24,7 +24,7 @@ from numba_softmax.bench import triton_attention
 from numba_softmax.kernels.attention import attention_tc, hopper, hopper_ws
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import kernel_ms  # noqa: E402
+from _timing import row_cells  # noqa: E402
 
 SHAPES = [(4, 16, 4096, 64, False), (4, 16, 4096, 128, False), (4, 16, 4096, 64, True),
           (4, 16, 4096, 128, True), (1, 16, 16384, 64, False), (1, 16, 16384, 128, False),
@@ -83,13 +83,7 @@ def main():
                 errs.append(f"{type(e).__name__}: {str(e)[:60]}")
                 runs[i] = None
         flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
-        cells = []
-        for fn in runs:
-            if fn is None:
-                cells.append(f"{'—':>14}")
-                continue
-            ms = kernel_ms(fn, 1)
-            cells.append(f"{ms:>7.3f} {flops / ms / 1e9:>6.1f}")
+        cells = row_cells(runs, flops)
         line = f"{b:>2} {h:>3} {s:>5} {d:>4} {str(causal):>6} " + " ".join(cells) \
             + "   " + " / ".join(errs)
         print(line, flush=True)

@@ -104,6 +104,38 @@ def parts(kind, d, dv, vec=1):
     return _stager(vec, d), _stager(vec, dv), qk, vdo, acc_v, acc_k, pack
 
 
+@functools.cache
+def writer(out_dtype, width):
+    """``write(out, b, h, row, limit, acc, factor, t)``: the lane's two rows ``row`` and
+    ``row`` + 8 (those < ``limit``) of a ``width``-column accumulator (the wgmma layout:
+    acc[4j + 2rr + e] is row rr, column 8j + 2t + e), times ``factor``, into out[b, h]."""
+    store = jit.storer(out_dtype)
+
+    @jit.device
+    def write(out, b, h, row, limit, acc, factor, t):
+        for rr in range(2):
+            if row + 8 * rr < limit:
+                for j in range(width // 8):
+                    for e in range(2):
+                        out[b, h, row + 8 * rr, 8 * j + 2 * t + e] = store(
+                            acc[4 * j + 2 * rr + e] * factor)
+
+    return write
+
+
+def checked(do, q, k, v, scale):
+    """The checks both backwards' launches share; returns (kind, D, Dv)."""
+    if q.dtype not in (np.float16, np.uint16) or not (do.dtype == q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"do, q, k, v must all be float16 or all uint16 (bfloat16 bits), got "
+                        f"{do.dtype}, {q.dtype}, {k.dtype}, {v.dtype}")
+    d, dv = q.shape[3], v.shape[3]
+    if d not in HEAD_DIMS or dv not in HEAD_DIMS:
+        raise ValueError(f"D and Dv must be 64 or 128, got {d} and {dv}")
+    if scale is not None and not (math.isfinite(scale) and scale != 0.0):
+        raise ValueError(f"scale must be finite and nonzero, got {scale}")
+    return ("f16" if q.dtype == np.float16 else "bf16"), d, dv
+
+
 def _shared(d, dv):
     """Dynamic shared memory: four 64-row tiles (two of D columns, two of Dv), 16-bit,
     and 1024 bytes to align the first to the swizzle's 1024-byte atom."""
@@ -114,7 +146,7 @@ def _shared(d, dv):
 def dkdv_kernel(kind, out_dtype, d, dv, vec):
     """dK, dV of 64 keys a block; grid (⌈Sk/64⌉, B·Hkv) of 128 threads."""
     stage_d, stage_v, qk, vdo, acc_v, acc_k, pack = parts(kind, d, dv, vec)
-    store = jit.storer(out_dtype)
+    write_k, write_v = writer(out_dtype, d), writer(out_dtype, dv)
     NS, KP = BN // 2, BN // 16  # S registers a lane; P's k16 steps
     ND, NV = d // 2, dv // 2  # dK, dV registers a lane
     inf = math.inf
@@ -183,16 +215,8 @@ def dkdv_kernel(kind, out_dtype, d, dv, vec):
                 pack(dp, pf)
                 acc_k(acc_dk, pf, smem, q_at)  # dK += dSᵀ Q_i
 
-        for rr in range(2):
-            key = j0 + 16 * warp + g + 8 * rr
-            if key < sk:
-                for j in range(d // 8):
-                    for e in range(2):
-                        dk[b, hk, key, 8 * j + 2 * t + e] = store(
-                            acc_dk[4 * j + 2 * rr + e] * float32(scale))
-                for j in range(dv // 8):
-                    for e in range(2):
-                        dv_out[b, hk, key, 8 * j + 2 * t + e] = store(acc_dv[4 * j + 2 * rr + e])
+        write_k(dk, b, hk, j0 + 16 * warp + g, sk, acc_dk, float32(scale), t)
+        write_v(dv_out, b, hk, j0 + 16 * warp + g, sk, acc_dv, float32(1.0), t)
 
     return dkdv
 
@@ -201,6 +225,7 @@ def dkdv_kernel(kind, out_dtype, d, dv, vec):
 def dq_kernel(kind, d, dv, vec):
     """dQ of 64 query rows a block, into the float32 accumulator; grid (⌈Sq/64⌉, B·Hq)."""
     stage_d, stage_v, qk, vdo, acc_v, acc_k, pack = parts(kind, d, dv, vec)
+    write_q = writer(np.float32, d)
     NS, KP, ND = BN // 2, BN // 16, d // 2
 
     @jit.kernel
@@ -260,12 +285,7 @@ def dq_kernel(kind, d, dv, vec):
             pack(dp, pf)
             acc_k(acc, pf, smem, k_at)  # dQ += dS K_j
 
-        for rr in range(2):
-            r = i0 + 16 * warp + g + 8 * rr
-            if r < sq:
-                for j in range(d // 8):
-                    for e in range(2):
-                        dq_acc[b, h, r, 8 * j + 2 * t + e] = acc[4 * j + 2 * rr + e] * float32(scale)
+        write_q(dq_acc, b, h, i0 + 16 * warp + g, sq, acc, float32(scale), t)
 
     return dq
 
@@ -276,15 +296,7 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), sc
     device arrays do, q, k, v, o (all float16 or all uint16 = bfloat16 bits), lse
     (B, Hq, Sq) float32; D and Dv 64 or 128; a nonzero ``scale`` (None: 1/sqrt(D)).
     Needs sm_90 (or the simulator)."""
-    if q.dtype not in (np.float16, np.uint16) or not (do.dtype == q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"do, q, k, v must all be float16 or all uint16 (bfloat16 bits), got "
-                        f"{do.dtype}, {q.dtype}, {k.dtype}, {v.dtype}")
-    d, dvh = q.shape[3], v.shape[3]
-    if d not in HEAD_DIMS or dvh not in HEAD_DIMS:
-        raise ValueError(f"D and Dv must be 64 or 128, got {d} and {dvh}")
-    if scale is not None and not (math.isfinite(scale) and scale != 0.0):
-        raise ValueError(f"scale must be finite and nonzero, got {scale}")
-    kind = "f16" if q.dtype == np.float16 else "bf16"
+    kind, d, dvh = checked(do, q, k, v, scale)
     vec = 8 if all(aligned(x) for x in (q, k, v, do)) else 1
     shared = _shared(d, dvh)
 

@@ -35,12 +35,37 @@ from ...runtime import launcher
 from ..hw import jit, tma, tma_maps, wgmma
 from ..hw.jit import LOG2E
 from . import attention_backward_io as io
-from .hopper_backward import BM, BN, HEAD_DIMS, parts, visible, whole
+from .hopper_backward import BM, BN, checked, parts, visible, whole, writer
 
 STAGES = 2
 WG = 128  # the consumer warpgroup; the producer is the warp after it
 THREADS = WG + 32
 CHUNK = 64 * 64  # uint16 values in one 64-wide swizzled box of 64 rows
+
+
+FULL_0, EMPTY_0, ONCE, N_BARS = 0, STAGES, 2 * STAGES, 2 * STAGES + 1  # the barriers' slots
+
+
+@jit.device
+def _barriers(bar, tid):
+    """Thread 0 sets up the ring's barriers and the stationary pair's; then every thread
+    passes a block barrier, so none arrives on or waits for one before it exists."""
+    if tid == 0:
+        for st in range(STAGES):
+            tma.mbarrier_init(bar, FULL_0 + st, 1)
+            tma.mbarrier_init(bar, EMPTY_0 + st, WG)
+        tma.mbarrier_init(bar, ONCE, 1)
+    cuda.syncthreads()
+
+
+@jit.device
+def _acquire(tq, tk, tv, tdo):
+    """The four maps were written by the host, through another proxy than the copy
+    engine's: made visible to it."""
+    tma.tensormap_acquire(tq)
+    tma.tensormap_acquire(tk)
+    tma.tensormap_acquire(tv)
+    tma.tensormap_acquire(tdo)
 
 
 def _shared(d, dv):
@@ -52,11 +77,10 @@ def _shared(d, dv):
 def dkdv_kernel(kind, out_dtype, d, dv):
     """dK, dV of 64 keys a block; grid (⌈Sk/64⌉, B·Hkv) of 160 threads."""
     qk, vdo, acc_v, acc_k, pack = parts(kind, d, dv)[2:]
-    store = jit.storer(out_dtype)
+    write_k, write_v = writer(out_dtype, d), writer(out_dtype, dv)
     NS, KP, ND, NV = BN // 2, BN // 16, d // 2, dv // 2
     A_E, B_E = 64 * d, 64 * dv  # a tile of D columns, of Dv columns (uint16 values)
     STAGE = A_E + B_E
-    FULL_0, EMPTY_0, ONCE, N_BARS = 0, STAGES, 2 * STAGES, 2 * STAGES + 1
     inf = math.inf
 
     @jit.kernel
@@ -80,19 +104,11 @@ def dkdv_kernel(kind, out_dtype, d, dv):
         k_at = ((1024 - (wgmma.address(smem, 0) & 1023)) & 1023) >> 1
         v_at = k_at + A_E
         ring = v_at + B_E
-        if tid == 0:
-            for st in range(STAGES):
-                tma.mbarrier_init(bar, FULL_0 + st, 1)
-                tma.mbarrier_init(bar, EMPTY_0 + st, WG)
-            tma.mbarrier_init(bar, ONCE, 1)
-        cuda.syncthreads()  # the barriers exist before anyone arrives on or waits for them
+        _barriers(bar, tid)
 
         if warp == WG // 32:  # the producer: lane 0 issues every load
             if lane == 0 and n_tiles > 0:
-                tma.tensormap_acquire(tq)  # the maps were written through another proxy
-                tma.tensormap_acquire(tk)
-                tma.tensormap_acquire(tv)
-                tma.tensormap_acquire(tdo)
+                _acquire(tq, tk, tv, tdo)
                 tma.arrive_expect_tx(bar, ONCE, 2 * STAGE)
                 for c in range(d // 64):
                     tma.tma_load_3d(smem, k_at + c * CHUNK, tk, 64 * c, j0, b * n_kv + hk, bar,
@@ -158,16 +174,8 @@ def dkdv_kernel(kind, out_dtype, d, dv):
             acc_k(acc_dk, pf, smem, at)  # dK += dSᵀ Q_i
             tma.arrive(bar, EMPTY_0 + st)  # this thread's products have read the stage
 
-        for rr in range(2):
-            key = j0 + 16 * warp + g + 8 * rr
-            if key < sk:
-                for j in range(ND // 4):
-                    for e in range(2):
-                        dk[b, hk, key, 8 * j + 2 * t + e] = store(
-                            acc_dk[4 * j + 2 * rr + e] * float32(scale))
-                for j in range(NV // 4):
-                    for e in range(2):
-                        dv_out[b, hk, key, 8 * j + 2 * t + e] = store(acc_dv[4 * j + 2 * rr + e])
+        write_k(dk, b, hk, j0 + 16 * warp + g, sk, acc_dk, float32(scale), t)
+        write_v(dv_out, b, hk, j0 + 16 * warp + g, sk, acc_dv, float32(1.0), t)
 
     return dkdv
 
@@ -176,10 +184,10 @@ def dkdv_kernel(kind, out_dtype, d, dv):
 def dq_kernel(kind, d, dv):
     """dQ of 64 query rows a block, into the float32 accumulator; grid (⌈Sq/64⌉, B·Hq)."""
     qk, vdo, acc_v, acc_k, pack = parts(kind, d, dv)[2:]
+    write_q = writer(np.float32, d)
     NS, KP, ND = BN // 2, BN // 16, d // 2
     A_E, B_E = 64 * d, 64 * dv
     STAGE = A_E + B_E
-    FULL_0, EMPTY_0, ONCE, N_BARS = 0, STAGES, 2 * STAGES, 2 * STAGES + 1
 
     @jit.kernel
     def dq(tq, tk, tv, tdo, lse, delta, dq_acc, n_kv, sk, scale, left, right):
@@ -201,19 +209,11 @@ def dq_kernel(kind, d, dv):
         q_at = ((1024 - (wgmma.address(smem, 0) & 1023)) & 1023) >> 1
         do_at = q_at + A_E
         ring = do_at + B_E
-        if tid == 0:
-            for st in range(STAGES):
-                tma.mbarrier_init(bar, FULL_0 + st, 1)
-                tma.mbarrier_init(bar, EMPTY_0 + st, WG)
-            tma.mbarrier_init(bar, ONCE, 1)
-        cuda.syncthreads()  # the barriers exist before anyone arrives on or waits for them
+        _barriers(bar, tid)
 
         if warp == WG // 32:  # the producer
             if lane == 0 and n_tiles > 0:
-                tma.tensormap_acquire(tq)
-                tma.tensormap_acquire(tk)
-                tma.tensormap_acquire(tv)
-                tma.tensormap_acquire(tdo)
+                _acquire(tq, tk, tv, tdo)
                 tma.arrive_expect_tx(bar, ONCE, 2 * STAGE)
                 for c in range(d // 64):
                     tma.tma_load_3d(smem, q_at + c * CHUNK, tq, 64 * c, i0, b * n_h + h, bar, ONCE)
@@ -272,12 +272,7 @@ def dq_kernel(kind, d, dv):
             acc_k(acc, pf, smem, at)  # dQ += dS K_j
             tma.arrive(bar, EMPTY_0 + st)
 
-        for rr in range(2):
-            r = i0 + 16 * warp + g + 8 * rr
-            if r < sq:
-                for j in range(ND // 4):
-                    for e in range(2):
-                        dq_acc[b, h, r, 8 * j + 2 * t + e] = acc[4 * j + 2 * rr + e] * float32(scale)
+        write_q(dq_acc, b, h, i0 + 16 * warp + g, sq, acc, float32(scale), t)
 
     return dq
 
@@ -286,17 +281,9 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), sc
            stream=0):
     """As :func:`.hopper_backward.launch`, for C-contiguous do, q, k, v (their tensor maps
     see (B·H, S, D))."""
-    if q.dtype not in (np.float16, np.uint16) or not (do.dtype == q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"do, q, k, v must all be float16 or all uint16 (bfloat16 bits), got "
-                        f"{do.dtype}, {q.dtype}, {k.dtype}, {v.dtype}")
-    d, dvh = q.shape[3], v.shape[3]
-    if d not in HEAD_DIMS or dvh not in HEAD_DIMS:
-        raise ValueError(f"D and Dv must be 64 or 128, got {d} and {dvh}")
+    kind, d, dvh = checked(do, q, k, v, scale)
     if not all(a.flags["C_CONTIGUOUS"] for a in (do, q, k, v)):
         raise ValueError("do, q, k, v must be C-contiguous (their tensor maps see (B·H, S, D))")
-    if scale is not None and not (math.isfinite(scale) and scale != 0.0):
-        raise ValueError(f"scale must be finite and nonzero, got {scale}")
-    kind = "f16" if q.dtype == np.float16 else "bf16"
     shared = _shared(d, dvh)
 
     def main(delta, dq_acc, scale, left, right):
