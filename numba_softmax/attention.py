@@ -104,7 +104,8 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
     O, or (O, LSE) with ``return_lse``.
     """
     stream = ops.as_stream(stream)
-    options = (causal, window, scale, return_lse, num_splits, softcap)
+    # HOPPER is in the key: a plan recorded under one setting is not replayed under another
+    options = (causal, window, scale, return_lse, num_splits, softcap, HOPPER)
     plan_key, plan, ptrs = None, None, None  # slopes are read on the host each call: no plan
     if alibi_slopes is None:
         plan_key, plan, ptrs = plans.lookup(("attention",) + options, (q, k, v, out), stream)
