@@ -25,8 +25,8 @@ __all__ = ["attention", "merge_attention"]
 
 F32 = np.dtype(np.float32)
 # the configuration of the wgmma kernel (:mod:`.kernels.attention.hopper_ws`) that one-pass
-# fp16/bf16 calls take on sm_90: "auto" (the default) h5, the fastest on every shape
-# measured, for C-contiguous q, k, v (docs/algorithms/hopper.md says why); a name of
+# fp16/bf16 calls take on sm_90: "auto" (the default) h5, for C-contiguous q, k, v
+# (docs/algorithms/hopper.md says why; h6 is faster at D 128 there, not yet auto's); a name of
 # hopper_ws.CONFIGS that one wherever it applies, strided inputs copied for it; "off"
 # keeps every call on mma.sync
 HOPPER = os.environ.get("NUMBA_SOFTMAX_HOPPER", "auto")
@@ -59,7 +59,8 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
     model hands over, stays on ``mma.sync``: copying it each call costs more host time
     than the kernel saves).  ``NUMBA_SOFTMAX_HOPPER=off`` keeps Hopper on ``mma.sync``;
     ``h2`` … ``h6`` pick one configuration of the kernel, strided inputs copied for it;
-    ``auto`` (the default) h5, the fastest measured).
+    ``auto`` (the default) h5; ``h6`` is the faster at D 128, see
+    ``docs/algorithms/hopper.md``).
 
     Parameters
     ----------
