@@ -2,7 +2,7 @@
 """A Llama model's prefill and training step with SDPA's attention and with numba_softmax's.
 
     python scripts/experiments/model_speed.py [--layers 8] [--seq 4096] [--batch 2]
-        [--train-batch 1] [--hopper auto] [--skip NAME] [--out FILE]
+        [--train-batch 1] [--hopper auto] [--skip NAME] [--profile 12] [--out FILE]
 
 Needs a CUDA GPU, PyTorch, transformers and numba-cuda.  One model, seeded random weights
 (``torch.manual_seed(0)``, nothing downloaded): transformers' ``LlamaConfig`` with hidden
@@ -31,6 +31,11 @@ tokens.  wgmma: of the calls that could go to the Hopper kernel, those that did 
 before the package's call plans take over).  FLOPs at the defaults: the linear layers
 2·N ≈ 0.85 GFLOP a token, causal attention 2·S·D·Hq·layers ≈ 0.13 GFLOP a token (S 4096):
 ~14 % of the FLOPs of a prefill (~15 % of a training step's), a larger share of its time.
+
+``--profile N``: after the timing, one more training step of each configuration under
+``torch.profiler``; the table is followed by each configuration's N costliest GPU kernels
+(their total time in that step, and how many launches), and its GPU-busy and wall time —
+where a configuration's step time goes that SDPA's does not.
 """
 
 import argparse
@@ -60,6 +65,8 @@ def parse(argv=None):
                    "(repeatable; default auto)")
     p.add_argument("--skip", action="append", default=[], help="a configuration not to run: "
                    "sdpa, off or a --hopper value (repeatable)")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="also list each configuration's N costliest GPU kernels in a step")
     p.add_argument("--out", help="also write the table here")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--logits", help=argparse.SUPPRESS)
@@ -83,6 +90,31 @@ def timed(fn, warmup, iters):
         times.append(start.elapsed_time(end))
         first = result if i == 0 else first
     return statistics.median(times), first
+
+
+def profiled(fn, n):
+    """One call of ``fn`` under torch.profiler: its ``n`` costliest GPU kernels as
+    [name, ms, launches], and the step's GPU-busy ms (every kernel summed) and wall ms."""
+    import time
+
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) * 1e3
+    kernels = {}
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA and e.device_time_total > 0:  # a kernel, copy or set
+            ms, count = kernels.get(e.name, (0.0, 0))
+            kernels[e.name] = (ms + e.device_time_total / 1e3, count + 1)
+    top = sorted(kernels.items(), key=lambda kv: -kv[1][0])[:n]
+    return {"kernels": [[name[:90], ms, count] for name, (ms, count) in top],
+            "busy_ms": sum(ms for ms, _ in kernels.values()), "wall_ms": wall}
 
 
 def worker(args):
@@ -136,6 +168,8 @@ def worker(args):
         return loss.detach()
     out["train_ms"], loss = timed(step, args.warmup, args.iters)
     out["loss"] = loss.item()
+    if args.profile:
+        out["profile"] = profiled(step, args.profile)
     out["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
     out["wgmma"] = (f"{sum(c is not None for c in seen)}/{len(seen)}" if seen is not None
                     else "—")
@@ -214,6 +248,12 @@ def main():
         lines.append(f"{label:<26} {r['prefill_ms']:>10.2f} {tokens:>9.0f} "
                      f"{ratio['prefill_ms']:>7} {r['train_ms']:>9.2f} {ratio['train_ms']:>7} "
                      f"{delta:>14} {r['loss']:>8.4f} {r['peak_gib']:>8.1f} {r['wgmma']:>7}")
+    for name, r in results.items():
+        if "profile" in r:
+            prof = r["profile"]
+            lines.append(f"\n# {name}: one training step profiled, GPU busy "
+                         f"{prof['busy_ms']:.2f} ms of {prof['wall_ms']:.2f} ms wall")
+            lines += [f"  {ms:8.2f} ms {count:5d}×  {kname}" for kname, ms, count in prof["kernels"]]
     print("\n".join(lines))
     if args.out:
         with open(args.out, "w") as f:
