@@ -38,6 +38,22 @@ def row_cells(runs, flops):
     return cells
 
 
+def attention_row(b, h, s, d, causal, runs, flops, tail):
+    """One row of the attention sweeps' tables: the shape, each run's cells
+    (:func:`row_cells`), then ``tail``; printed as soon as it is timed, and returned."""
+    line = (f"{b:>2} {h:>3} {s:>5} {d:>4} {str(causal):>6} " + " ".join(row_cells(runs, flops))
+            + "   " + tail)
+    print(line, flush=True)
+    return line
+
+
+def write_table(lines, path):
+    """The table's lines into ``path`` (None: nowhere)."""
+    if path:
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
 class RowSets:
     """Rows to time a softmax on, rotated past the L2: ``sets`` inputs ``xs`` (fresh
     normal values), outputs ``ys``, their Numba views ``nx``/``ny``, the float32

@@ -26,7 +26,7 @@ from numba_softmax.kernels.backward import hopper_backward as hb
 from numba_softmax.kernels.backward import hopper_backward_ws as hb2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import row_cells  # noqa: E402
+from _timing import attention_row, write_table  # noqa: E402
 
 SHAPES = [(4, 16, 4096, 64, False), (4, 16, 4096, 128, False), (4, 16, 4096, 64, True),
           (4, 16, 4096, 128, True), (1, 16, 16384, 64, False), (1, 16, 16384, 128, False),
@@ -69,14 +69,9 @@ def main():
         out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
         runs.append(lambda _: torch.autograd.grad(out, leaves, do, retain_graph=True))
         flops = 10 * b * h * s * s * d * (0.5 if causal else 1.0)
-        cells = row_cells(runs, flops)
-        line = f"{b:>2} {h:>3} {s:>5} {d:>4} {str(causal):>6} " + " ".join(cells) \
-            + "   " + "    ".join(f"{x:.1e}" for x in diffs)
-        print(line, flush=True)
-        lines.append(line)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+        lines.append(attention_row(b, h, s, d, causal, runs, flops,
+                                   "    ".join(f"{x:.1e}" for x in diffs)))
+    write_table(lines, args.out)
     return 0
 
 

@@ -24,7 +24,7 @@ from numba_softmax.bench import triton_attention
 from numba_softmax.kernels.attention import attention_tc, hopper, hopper_ws
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import row_cells  # noqa: E402
+from _timing import attention_row, write_table  # noqa: E402
 
 SHAPES = [(4, 16, 4096, 64, False), (4, 16, 4096, 128, False), (4, 16, 4096, 64, True),
           (4, 16, 4096, 128, True), (1, 16, 16384, 64, False), (1, 16, 16384, 128, False),
@@ -83,14 +83,8 @@ def main():
                 errs.append(f"{type(e).__name__}: {str(e)[:60]}")
                 runs[i] = None
         flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
-        cells = row_cells(runs, flops)
-        line = f"{b:>2} {h:>3} {s:>5} {d:>4} {str(causal):>6} " + " ".join(cells) \
-            + "   " + " / ".join(errs)
-        print(line, flush=True)
-        lines.append(line)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+        lines.append(attention_row(b, h, s, d, causal, runs, flops, " / ".join(errs)))
+    write_table(lines, args.out)
     return 0
 
 
