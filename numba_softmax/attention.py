@@ -25,8 +25,8 @@ __all__ = ["attention", "merge_attention"]
 
 F32 = np.dtype(np.float32)
 # the configuration of the wgmma kernel (:mod:`.kernels.attention.hopper_ws`) that one-pass
-# fp16/bf16 calls take on sm_90: "auto" (the default) h5, for C-contiguous q, k, v
-# (docs/algorithms/hopper.md says why; h6 is faster at D 128 there, not yet auto's); a name of
+# fp16/bf16 calls take on sm_90: "auto" (the default) h6 at D = Dv = 128 and h5 otherwise,
+# for C-contiguous q, k, v (docs/algorithms/hopper.md says why); a name of
 # hopper_ws.CONFIGS that one wherever it applies, strided inputs copied for it; "off"
 # keeps every call on mma.sync
 HOPPER = os.environ.get("NUMBA_SOFTMAX_HOPPER", "auto")
@@ -58,9 +58,8 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
     from 16-byte aligned addresses (what its tensor maps describe; a strided view, as a
     model hands over, stays on ``mma.sync``: copying it each call costs more host time
     than the kernel saves).  ``NUMBA_SOFTMAX_HOPPER=off`` keeps Hopper on ``mma.sync``;
-    ``h2`` … ``h6`` pick one configuration of the kernel, strided inputs copied for it;
-    ``auto`` (the default) h5; ``h6`` is the faster at D 128, see
-    ``docs/algorithms/hopper.md``).
+    ``h2`` … ``h7`` pick one configuration of the kernel where it applies, strided inputs
+    copied for it; ``auto`` (the default) takes h6 at D = Dv = 128 and h5 otherwise).
 
     Parameters
     ----------
@@ -182,7 +181,7 @@ def kernel_for(dtype, scale):
 def hopper_config(d, d_v, window, softcap, slopes):
     """The configuration of the wgmma kernel a one-pass fp16/bf16 call runs on (see
     ``HOPPER``), or None (mma.sync): on an sm_90 GPU (not the simulator), D and Dv 64 or
-    128, no window or score modification.  An unknown ``NUMBA_SOFTMAX_HOPPER`` is a
+    128 (a named configuration: those it takes), no window or score modification.  An unknown ``NUMBA_SOFTMAX_HOPPER`` is a
     ValueError naming it."""
     if HOPPER not in HOPPER_SETTINGS:
         raise ValueError(f"NUMBA_SOFTMAX_HOPPER must be one of {HOPPER_SETTINGS}, got {HOPPER!r}")
@@ -193,9 +192,9 @@ def hopper_config(d, d_v, window, softcap, slopes):
         return None
     if d not in _hopper.HEAD_DIMS or d_v not in _hopper.HEAD_DIMS:
         return None
-    if HOPPER == "auto":
-        return "h5"
-    return HOPPER
+    if HOPPER == "auto":  # h6's turns pay where the products are long: D = Dv = 128
+        return "h6" if d == d_v == 128 else "h5"
+    return HOPPER if _hopper.takes(HOPPER, d, d_v) else None
 
 
 def _packed(a):

@@ -597,16 +597,16 @@ def _plumbing():
                          "kernels.attention.hopper:kernel", (kind, NP[kind], d, d, vec, vn),
                          (A(uint16, 4), A(uint16, 4), A(uint16, 4), A(t, 4), A(float32, 3),
                           float64, boolean), block=128, min_cc=(9, 0), arch="a"))
-    # h2 … h6: the warp-specialized, TMA-fed ones
+    # h2 … h7: the warp-specialized, TMA-fed ones
     for kind, d, cfg in (("f16", 64, "h2"), ("bf16", 128, "h2"), ("f16", 64, "h3"),
                          ("f16", 128, "h3"), ("bf16", 128, "h3"), ("f16", 64, "h4"),
                          ("f16", 128, "h4"), ("bf16", 128, "h5"), ("f16", 64, "h6"),
-                         ("bf16", 128, "h6")):
+                         ("bf16", 128, "h6"), ("f16", 64, "h7"), ("bf16", 64, "h7")):
         out.append(Entry("attention.hopper_ws", f"{kind} D{d} {cfg}",
                          "kernels.attention.hopper_ws:kernel", (kind, NP[kind], d, d, cfg),
                          (C(uint64, 1), C(uint64, 1), C(uint64, 1), A(ST[kind], 4), A(float32, 3),
                           int64, int64, float64, boolean), pick=0,
-                         block=160 if cfg == "h2" else 384, min_cc=(9, 0), arch="a"))
+                         block={"h2": 160, "h7": 512}.get(cfg, 384), min_cc=(9, 0), arch="a"))
     for rows, sw in ((64, 1), (16, 0)):
         out.append(Entry("hw.tma", f"box {rows}x64 f16 swizzle {sw}", "kernels.hw.tma:example_kernel",
                          (rows, 64, sw), (C(uint64, 1), int64, int64, int64, C(uint16, 1)), block=128,

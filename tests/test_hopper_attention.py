@@ -1,4 +1,4 @@
-"""h1, h2 and h3, the wgmma attention forwards (kernels/attention/hopper.py, hopper_ws.py),
+"""h1 … h7, the wgmma attention forwards (kernels/attention/hopper.py, hopper_ws.py),
 against the float64 reference: on an sm_90 GPU, and on the simulator (its wgmma and TMA
 twins) at one or two tiles."""
 
@@ -66,20 +66,23 @@ WS_CASES = sized(
      (1, 1, 1, 16, 130, 64, 64, False, None),   # 3 key tiles: the two stages reused
      (1, 1, 1, 70, 60, 128, 64, True, -0.2)],   # Sq > Sk causal: empty rows; D 128
     [(2, 8, 2, 300, 517, 64, 64, False, None), (1, 4, 4, 517, 300, 128, 128, True, None),
-     (2, 4, 1, 64, 2048, 128, 64, True, -0.1), (1, 2, 2, 1, 1000, 64, 128, False, None)])
+     (2, 4, 1, 64, 2048, 128, 64, True, -0.1), (1, 2, 2, 1, 1000, 64, 128, False, None),
+     (1, 4, 2, 517, 700, 64, 64, True, -0.3)])  # D 64 causal, a part-filled last block
 
 
 def _ws_params():
     """Every configuration on every case and dtype — on the simulator, h3 (h2's source in
     another configuration, 384 threads a block) on fp16's first case, h4 on the second
     (two tiles: its loop), h5 (h4 on three stages) on the GPU only, h6 (h5 with the
-    consumers' turns) on the second."""
-    sim_cases = {"h2": (0, 1, 2), "h3": (0,), "h4": (1,), "h5": (), "h6": (1,)}
+    consumers' turns) on the second, h7 (three consumers, D 64 only) on the first."""
+    sim_cases = {"h2": (0, 1, 2), "h3": (0,), "h4": (1,), "h5": (), "h6": (1,), "h7": (0,)}
     out = []
     for config in hopper_ws.CONFIGS:
         for i, c in enumerate(WS_CASES):
             for dtype, name in ((F16, "f16"), (BF16, "bf16")):
                 if SIMULATOR and (i not in sim_cases[config] or (config != "h2" and dtype == BF16)):
+                    continue
+                if not hopper_ws.takes(config, c[5], c[6]):
                     continue
                 ident = "b{}-h{}-{}-sq{}-sk{}-d{}-{}{}".format(*c[:7], "-causal" if c[7] else "")
                 out.append(pytest.param(c, dtype, config, id=f"{config}-{ident}-{name}"))
@@ -91,7 +94,8 @@ def test_warp_specialized(case, dtype, config):
     """h2: the same fold fed by TMA through two stages by a producer warp; h3: two
     consumer warpgroups (128 query rows) on 128-key tiles, registers moved by setmaxnreg;
     h4: h3 with the softmax of tile j under the product of tile j − 1; h5: h4 on three
-    stages; h6: h5 with the two consumers taking turns."""
+    stages; h6: h5 with the two consumers taking turns; h7: h5 with three consumers
+    (192 query rows), D 64."""
     rng, _ = fresh()
     *shape, scale = case
     run(rng, *shape[:7], dtype, shape[7], scale=scale,
@@ -102,6 +106,19 @@ def test_warp_specialized_refuses_an_unknown_config():
     z = np.zeros((1, 1, 8, 64), np.float16)
     with pytest.raises(ValueError, match="config"):
         hopper_ws.launch(z, z, z, z.copy(), np.zeros((1, 1, 8), np.float32), config="h9")
+
+
+def test_h7_takes_d64_only():
+    """h7's three consumers fit the register file with D 64 tiles only: D 128 is refused
+    by name, before anything runs."""
+    z, lse = np.zeros((1, 1, 8, 128), np.float16), np.zeros((1, 1, 8), np.float32)
+    with pytest.raises(ValueError, match="config 'h7'"):
+        hopper_ws.launch(z, z, z, z.copy(), lse, config="h7")
+    z64 = np.zeros((1, 1, 8, 64), np.float16)
+    with pytest.raises(ValueError, match="config 'h7'"):  # Dv 128 alone
+        hopper_ws.launch(z64, z64, z, z.copy(), lse, config="h7")
+    assert hopper_ws.takes("h7", 64, 64) and hopper_ws.takes("h6", 128, 64)
+    assert not hopper_ws.takes("h7", 64, 128)
 
 
 def test_negative_scale_float32_output_and_rows_read_value_by_value():
@@ -124,10 +141,11 @@ def test_refuses_what_it_does_not_run():
 
 @pytest.mark.skipif(SIMULATOR, reason="the API routes to the wgmma kernel on an sm_90 GPU only")
 def test_the_public_api_takes_the_wgmma_kernel_where_it_applies(monkeypatch):
-    """ns.attention on sm_90: by default ("auto") fp16 D 64 and D 128 run h5, with the
-    reference's answer; a strided q stays on mma.sync under "auto", and under a named
+    """ns.attention on sm_90: by default ("auto") fp16 D 64 runs h5 and D 128 h6, with
+    the reference's answer; a strided q stays on mma.sync under "auto", and under a named
     configuration is copied for its tensor map (still the reference); a window, or
-    NUMBA_SOFTMAX_HOPPER=off, keeps mma.sync; "h3" runs h3 at D 64 too."""
+    NUMBA_SOFTMAX_HOPPER=off, keeps mma.sync; "h3" runs h3 at D 64 too; "h7" runs h7 at
+    D 64 and leaves D 128, which it does not take, on mma.sync."""
     import importlib
 
     import numba_softmax as ns
@@ -139,7 +157,7 @@ def test_the_public_api_takes_the_wgmma_kernel_where_it_applies(monkeypatch):
     monkeypatch.setattr(hopper_ws, "launch",
                         lambda *a, **kw: calls.append(kw["config"]) or launch(*a, **kw))
     rng, seed = fresh()
-    for d, config in ((64, "h5"), (128, "h5")):
+    for d, config in ((64, "h5"), (128, "h6")):
         q, k, v = (random(rng, (2, 4, 200, d), F16) for _ in range(3))
         dq, dk, dv = (cuda.to_device(x) for x in (q, k, v))
         for causal in (False, True):
@@ -163,6 +181,14 @@ def test_the_public_api_takes_the_wgmma_kernel_where_it_applies(monkeypatch):
     d64 = cuda.to_device(random(rng, (1, 2, 100, 64), F16))
     ns.attention(d64, d64, d64)
     assert calls[-1] == "h3"
+    monkeypatch.setattr(api, "HOPPER", "h7")
+    before = len(calls)
+    o = ns.attention(dq, dk, dv)  # D 128: not h7's
+    np.testing.assert_allclose(o.copy_to_host().astype(np.float64),
+                               R.attention(values(q), values(k), values(v)), rtol=4e-3, atol=2e-3)
+    assert len(calls) == before
+    ns.attention(d64, d64, d64)
+    assert calls[before:] == ["h7"]
 
 
 def test_an_unknown_hopper_setting_is_refused_by_name(monkeypatch):

@@ -1,4 +1,4 @@
-"""h2 … h6 — h1 fed the way Hopper moves data: TMA, a ring of mbarriers, a producer.
+"""h2 … h7 — h1 fed the way Hopper moves data: TMA, a ring of mbarriers, a producer.
 
 h1 (:mod:`.hopper`) copies every tile with the block's own threads between two barriers,
 so the tensor cores wait for the copies and the copies for the tensor cores.  Here one
@@ -45,6 +45,13 @@ softmax runs while the other's products have the tensor cores::
 FlashAttention-3 takes turns on named barriers (``bar.sync`` / ``bar.arrive``); here they
 are two more mbarriers, the primitive this package already has (with its simulator twin).
 
+h7 is h5 with a taller block, FlashAttention-3's tile at D 64: three consumer warpgroups
+(192 query rows) on each 128-key tile.  At D 64 a consumer's products take half the time
+they take at D 128 while its softmax does not, so the turns of h6 hide nothing there;
+a third consumer puts more products in flight on every K/V tile instead.  The register
+file holds it only with D 64 tiles: 32 registers kept by the producer and 160 taken by
+each consumer (32·128 + 3·160·128 = 65,536).
+
 Needs: q, k, v C-contiguous, D and Dv 64 or 128, fp16 or bf16.  Sources: Shah et al.,
 FlashAttention-3 (2024), sections 3.1 (warp specialization, the producer/consumer ring).
 """
@@ -68,8 +75,17 @@ CONFIGS = {  # name: (consumer warpgroups, keys a tile, registers: producer, con
     "h4": (2, 128, (40, 232), True, 2, False),
     "h5": (2, 128, (40, 232), True, 3, False),
     "h6": (2, 128, (40, 232), True, 3, True),
+    "h7": (3, 128, (32, 160), True, 3, False),
 }
+ONLY = {"h7": (64,)}  # the head dims a configuration takes, where not both of HEAD_DIMS
 WG = 128  # threads of a warpgroup, and query rows of a consumer: 64 (two rows a thread)
+
+
+def takes(config, d, dv):
+    """Whether configuration ``config`` runs head dims D = ``d``, Dv = ``dv``: h7's three
+    consumers fit the register file only with D 64 tiles."""
+    dims = ONLY.get(config, HEAD_DIMS)
+    return d in dims and dv in dims
 
 
 def shape(config):
@@ -107,8 +123,8 @@ def kernel(kind, out_dtype, d, dv, config="h2"):
     TURN_0 = 2 * STAGES + 1  # h6: turn[w], 128 arrivals: the other consumer has issued
     N_BARS = 2 * STAGES + 1 + (2 if TURNS else 0)
     PRODUCER = WG * consumers // 32  # the producer's first warp
-    if regs:  # every thread starts with the mean of the two budgets (168 for h3): what
-        # the producer gives back is exactly what the consumers take from the block's pool
+    if regs:  # every thread starts with the mean of the budgets (168 for h3, 128 for h7):
+        # what the producer gives back is exactly what the consumers take from the pool
         start = (regs[0] + consumers * regs[1]) // (consumers + 1)
         options = dict(launch_bounds=(THREADS, 1), max_registers=start)
         shrink, grow = wgmma.setmaxnreg_dec(regs[0]), wgmma.setmaxnreg_inc(regs[1])
@@ -261,13 +277,15 @@ def launch(q, k, v, o, lse, *, causal=False, scale=None, stream=0, config="h2"):
     """Run on C-contiguous 4-D device arrays q (B, Hq, Sq, D), k (B, Hkv, Sk, D),
     v (B, Hkv, Sk, Dv), all float16 or all uint16 (bfloat16 bits), Hq a multiple of Hkv,
     D and Dv 64 or 128; ``o`` (B, Hq, Sq, Dv: q's dtype or float32) and ``lse``
-    (B, Hq, Sq, float32) receive the result.  ``config``: "h2" … "h6"
-    (:data:`CONFIGS`).  Needs sm_90 (or the simulator)."""
+    (B, Hq, Sq, float32) receive the result.  ``config``: "h2" … "h7"
+    (:data:`CONFIGS`; h7 D and Dv 64 only).  Needs sm_90 (or the simulator)."""
     n_b, n_h, sq, d, n_kv, sk, dv, scale = checked(q, k, v, o, lse, scale)
     if not all(a.flags["C_CONTIGUOUS"] for a in (q, k, v)):
         raise ValueError("q, k, v must be C-contiguous (their tensor maps see (B·H, S, D))")
     if config not in CONFIGS:
         raise ValueError(f"config must be one of {sorted(CONFIGS)}, got {config!r}")
+    if not takes(config, d, dv):
+        raise ValueError(f"config {config!r} takes D and Dv {ONLY[config]}, got {d} and {dv}")
     bm, bn, threads = shape(config)
     blocks = n_b * n_h * -(-sq // bm)
     if blocks == 0:
