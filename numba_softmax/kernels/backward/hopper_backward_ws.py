@@ -22,11 +22,9 @@ shape (:mod:`..attention.hopper_ws`): one consumer warpgroup and one producer wa
 The products, the packing of Pᵀ and dSᵀ into A fragments and the masks are hb1's
 (:func:`.hopper_backward.parts`, ``visible``, ``whole``).  Tensor maps (3-D, over
 (B·H, S, D), 128-byte swizzled, rows past a sequence's end arriving as zeros) need
-C-contiguous do, q, k, v.  Unlike hb1, the products that do not need each other's results
-are started together and waited for once: Sᵀ and dPᵀ (both read only shared memory), and
-in dK/dV then dV and dK (Pᵀ and dSᵀ packed into two sets of A fragments) — two waits a
-tile where hb1 has four (dQ: two where hb1 has three), so a warpgroup keeps more products
-in flight.
+C-contiguous do, q, k, v.  Unlike hb1, products that need not wait for each other start
+together and are waited for once: Sᵀ with dPᵀ, then dV with dK (Pᵀ and dSᵀ in two sets of
+A fragments) — two waits a tile where hb1 has four.
 """
 
 import functools
@@ -46,8 +44,6 @@ STAGES = 2
 WG = 128  # the consumer warpgroup; the producer is the warp after it
 THREADS = WG + 32
 CHUNK = 64 * 64  # uint16 values in one 64-wide swizzled box of 64 rows
-
-
 FULL_0, EMPTY_0, ONCE, N_BARS = 0, STAGES, 2 * STAGES, 2 * STAGES + 1  # the barriers' slots
 
 
@@ -65,8 +61,7 @@ def _barriers(bar, tid):
 
 @jit.device
 def _acquire(tq, tk, tv, tdo):
-    """The four maps were written by the host, through another proxy than the copy
-    engine's: made visible to it."""
+    """The four maps, written by the host through another proxy, made visible to TMA."""
     tma.tensormap_acquire(tq)
     tma.tensormap_acquire(tk)
     tma.tensormap_acquire(tv)
@@ -75,8 +70,7 @@ def _acquire(tq, tk, tv, tdo):
 
 @functools.cache
 def _started(kind, d, dv):
-    """hb1's four products (:func:`.hopper_backward.parts`), each started as one committed
-    group and not waited for: (Sᵀ-like on D, dPᵀ-like on Dv, += · (·, Dv), += · (·, D))."""
+    """hb1's four products, each started as one committed group, not waited for."""
     qk, acc_v = hopper_fold.issued(kind, d, dv, BN, BM, True)
     vdo, acc_k = hopper_fold.issued(kind, dv, d, BN, BM, True)
     return qk, vdo, acc_v, acc_k
