@@ -150,9 +150,7 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
         mods = dict(softcap=softcap, alibi=None if slopes is None else ops.to_device(slopes, stream))
         hopper = None
         if splits == 1 and kernel is _tensor_cores:
-            hopper = hopper_config(d, d_v, window, softcap, slopes)
-        if hopper is not None and HOPPER == "auto" and not all(map(_packed, (q4, k4, v4))):
-            hopper = None  # a copy for the tensor maps costs more host time than h5 saves
+            hopper = hopper_config(d, d_v, window, softcap, slopes, (q4, k4, v4))
         if hopper is not None:  # tensor maps describe C-contiguous, 16-byte aligned arrays
             q4, k4, v4 = (a if _packed(a) else heads.view(x, 2, stream, copy=True)
                           for x, a in ((dq, q4), (dk, k4), (dv, v4)))
@@ -178,11 +176,13 @@ def kernel_for(dtype, scale):
     return _forward if dtype == F32 or scale == 0 else _tensor_cores
 
 
-def hopper_config(d, d_v, window, softcap, slopes):
+def hopper_config(d, d_v, window, softcap, slopes, arrays=()):
     """The configuration of the wgmma kernel a one-pass fp16/bf16 call runs on (see
     ``HOPPER``), or None (mma.sync): on an sm_90 GPU (not the simulator), D and Dv 64 or
-    128 (a named configuration: those it takes), no window or score modification.  An unknown ``NUMBA_SOFTMAX_HOPPER`` is a
-    ValueError naming it."""
+    128 (a named configuration: those it takes), no window or score modification; under
+    "auto" only where the device views ``arrays`` (q, k, v) are C-contiguous and 16-byte
+    aligned (a copy for the tensor maps costs more host time than the kernel saves).  An unknown
+    ``NUMBA_SOFTMAX_HOPPER`` is a ValueError naming it."""
     if HOPPER not in HOPPER_SETTINGS:
         raise ValueError(f"NUMBA_SOFTMAX_HOPPER must be one of {HOPPER_SETTINGS}, got {HOPPER!r}")
     if HOPPER == "off" or plans.simulator_enabled():
@@ -193,6 +193,8 @@ def hopper_config(d, d_v, window, softcap, slopes):
     if d not in _hopper.HEAD_DIMS or d_v not in _hopper.HEAD_DIMS:
         return None
     if HOPPER == "auto":  # h6's turns pay where the products are long: D = Dv = 128
+        if not all(map(_packed, arrays)):
+            return None
         return "h6" if d == d_v == 128 else "h5"
     return HOPPER if _hopper.takes(HOPPER, d, d_v) else None
 

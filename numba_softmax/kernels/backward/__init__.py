@@ -12,4 +12,5 @@
                                  kernel and a dQ kernel, every operand from one swizzled copy
 ``hopper_backward_ws``           hb2 — hb1 fed by TMA through a ring of stages by a producer
                                  warp
+``hopper_backward_parts``        what hb1 and hb2 share: masks, products, dS, checks
 """

@@ -46,15 +46,15 @@ import numpy as np
 from numba import cuda, float32, uint16, uint32
 
 from ...runtime import launcher
-from ..attention import hopper_fold
 from ..attention.staging import aligned
 from ..hw import jit, vector, wgmma
 from ..hw.jit import LOG2E
 from ..hw.tma import fence_proxy_async
 from . import attention_backward_io as io
+from .hopper_backward_parts import (BM, BN, checked, ds_rows, products, row_terms, visible,
+                                    whole, writer)
 
-BM, BN, THREADS = 64, 64, 128  # rows a block (one warpgroup), rows of a loop tile
-HEAD_DIMS = (64, 128)
+THREADS = 128  # one warpgroup
 CHUNK = 64 * 64  # uint16 values in one 64-wide swizzled chunk of a 64-row tile
 
 
@@ -81,61 +81,6 @@ def _stager(vec, width):
     return stage
 
 
-@jit.device
-def visible(i, j, shift, left, right):
-    """Query i sees key j: −left ≤ j − (i + shift) ≤ right (−1: no bound that side)."""
-    dist = j - i - shift
-    return (left < 0 or dist >= -left) and (right < 0 or dist <= right)
-
-
-@jit.device
-def whole(i0, j0, shift, left, right):
-    """Every query of i0 … i0+63 sees every key of j0 … j0+63."""
-    return ((left < 0 or j0 - (i0 + BM - 1) - shift >= -left)
-            and (right < 0 or j0 + BN - 1 - i0 - shift <= right))
-
-
-@functools.cache
-def parts(kind, d, dv, vec=1):
-    """What both kernels share: the stagers, the four products, the packer."""
-    qk, acc_v = hopper_fold.products(kind, d, dv, BN, BM, True)  # S-like on D; += · (·, Dv)
-    vdo, acc_k = hopper_fold.products(kind, dv, d, BN, BM, True)  # S-like on Dv; += · (·, D)
-    pack = hopper_fold.steps(kind, dv, BN)[2]
-    return _stager(vec, d), _stager(vec, dv), qk, vdo, acc_v, acc_k, pack
-
-
-@functools.cache
-def writer(out_dtype, width):
-    """``write(out, b, h, row, limit, acc, factor, t)``: the lane's two rows ``row`` and
-    ``row`` + 8 (those < ``limit``) of a ``width``-column accumulator (the wgmma layout:
-    acc[4j + 2rr + e] is row rr, column 8j + 2t + e), times ``factor``, into out[b, h]."""
-    store = jit.storer(out_dtype)
-
-    @jit.device
-    def write(out, b, h, row, limit, acc, factor, t):
-        for rr in range(2):
-            if row + 8 * rr < limit:
-                for j in range(width // 8):
-                    for e in range(2):
-                        out[b, h, row + 8 * rr, 8 * j + 2 * t + e] = store(
-                            acc[4 * j + 2 * rr + e] * factor)
-
-    return write
-
-
-def checked(do, q, k, v, scale):
-    """The checks both backwards' launches share; returns (kind, D, Dv)."""
-    if q.dtype not in (np.float16, np.uint16) or not (do.dtype == q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"do, q, k, v must all be float16 or all uint16 (bfloat16 bits), got "
-                        f"{do.dtype}, {q.dtype}, {k.dtype}, {v.dtype}")
-    d, dv = q.shape[3], v.shape[3]
-    if d not in HEAD_DIMS or dv not in HEAD_DIMS:
-        raise ValueError(f"D and Dv must be 64 or 128, got {d} and {dv}")
-    if scale is not None and not (math.isfinite(scale) and scale != 0.0):
-        raise ValueError(f"scale must be finite and nonzero, got {scale}")
-    return ("f16" if q.dtype == np.float16 else "bf16"), d, dv
-
-
 def _shared(d, dv):
     """Dynamic shared memory: four 64-row tiles (two of D columns, two of Dv), 16-bit,
     and 1024 bytes to align the first to the swizzle's 1024-byte atom."""
@@ -145,7 +90,8 @@ def _shared(d, dv):
 @functools.cache
 def dkdv_kernel(kind, out_dtype, d, dv, vec):
     """dK, dV of 64 keys a block; grid (⌈Sk/64⌉, B·Hkv) of 128 threads."""
-    stage_d, stage_v, qk, vdo, acc_v, acc_k, pack = parts(kind, d, dv, vec)
+    stage_d, stage_v = _stager(vec, d), _stager(vec, dv)
+    qk, vdo, acc_v, acc_k, pack = products(kind, d, dv)
     write_k, write_v = writer(out_dtype, d), writer(out_dtype, dv)
     NS, KP = BN // 2, BN // 16  # S registers a lane; P's k16 steps
     ND, NV = d // 2, dv // 2  # dK, dV registers a lane
@@ -224,7 +170,8 @@ def dkdv_kernel(kind, out_dtype, d, dv, vec):
 @functools.cache
 def dq_kernel(kind, d, dv, vec):
     """dQ of 64 query rows a block, into the float32 accumulator; grid (⌈Sq/64⌉, B·Hq)."""
-    stage_d, stage_v, qk, vdo, acc_v, acc_k, pack = parts(kind, d, dv, vec)
+    stage_d, stage_v = _stager(vec, d), _stager(vec, dv)
+    qk, vdo, acc_v, acc_k, pack = products(kind, d, dv)
     write_q = writer(np.float32, d)
     NS, KP, ND = BN // 2, BN // 16, d // 2
 
@@ -255,11 +202,7 @@ def dq_kernel(kind, d, dv, vec):
         dl = cuda.local.array(2, float32)  # and D
         for x in range(d // 2):
             acc[x] = 0.0
-        for rr in range(2):
-            r = i0 + 16 * warp + g + 8 * rr
-            x = lse[b, h, r] if r < sq else -math.inf
-            l2[rr] = x * float32(LOG2E) if x != -math.inf else math.inf
-            dl[rr] = delta[b, h, r] if r < sq else 0.0
+        row_terms(lse, delta, b, h, i0 + 16 * warp + g, sq, l2, dl)
         stage_d(smem, q_at, q[b, h], i0, sq, uint16(0), tid)  # Q_i, dO_i: once
         stage_v(smem, do_at, do[b, h], i0, sq, uint16(0), tid)
 
@@ -273,15 +216,7 @@ def dq_kernel(kind, d, dv, vec):
             qk(s, smem, q_at, smem, k_at)  # S = Q_i K_jᵀ
             vdo(dp, smem, do_at, smem, v_at)  # dP = dO_i V_jᵀ
             inside = j0 + BN <= sk and whole(i0, j0, shift, left, right)
-            for rr in range(2):
-                row = i0 + 16 * warp + g + 8 * rr
-                for j in range(BN // 8):
-                    for e in range(2):
-                        x, key = 4 * j + 2 * rr + e, j0 + 8 * j + 2 * t + e
-                        p = math.exp2(s[x] * c2 - l2[rr])  # P
-                        if not inside and not (key < sk and visible(row, key, shift, left, right)):
-                            p = float32(0.0)
-                        dp[x] = p * (dp[x] - dl[rr])  # dS = P ∘ (dP − D)
+            ds_rows(s, dp, l2, dl, c2, i0 + 16 * warp + g, j0, t, sk, shift, left, right, inside)
             pack(dp, pf)
             acc_k(acc, pf, smem, k_at)  # dQ += dS K_j
 

@@ -20,7 +20,7 @@ shape (:mod:`..attention.hopper_ws`): one consumer warpgroup and one producer wa
                phase n mod 2, as in h2.
 
 The products, the packing of Pᵀ and dSᵀ into A fragments and the masks are hb1's
-(:func:`.hopper_backward.parts`, ``visible``, ``whole``).  Tensor maps (3-D, over
+(:mod:`.hopper_backward_parts`).  Tensor maps (3-D, over
 (B·H, S, D), 128-byte swizzled, rows past a sequence's end arriving as zeros) need
 C-contiguous do, q, k, v.  Unlike hb1, products that need not wait for each other start
 together and are waited for once: Sᵀ with dPᵀ, then dV with dK (Pᵀ and dSᵀ in two sets of
@@ -35,10 +35,10 @@ from numba import cuda, float32, uint16, uint32, uint64
 
 from ...runtime import launcher
 from ..hw import jit, tma, tma_maps, wgmma
-from ..attention import hopper_fold
 from ..hw.jit import LOG2E
 from . import attention_backward_io as io
-from .hopper_backward import BM, BN, checked, parts, visible, whole, writer
+from .hopper_backward_parts import (BM, BN, checked, ds_rows, products, row_terms, visible,
+                                    whole, writer)
 
 STAGES = 2
 WG = 128  # the consumer warpgroup; the producer is the warp after it
@@ -68,14 +68,6 @@ def _acquire(tq, tk, tv, tdo):
     tma.tensormap_acquire(tdo)
 
 
-@functools.cache
-def _started(kind, d, dv):
-    """hb1's four products, each started as one committed group, not waited for."""
-    qk, acc_v = hopper_fold.issued(kind, d, dv, BN, BM, True)
-    vdo, acc_k = hopper_fold.issued(kind, dv, d, BN, BM, True)
-    return qk, vdo, acc_v, acc_k
-
-
 def _shared(d, dv):
     """Bytes of dynamic shared memory: the stationary pair and STAGES moving pairs."""
     return 2 * 64 * (d + dv) * (1 + STAGES) + 1024
@@ -84,8 +76,7 @@ def _shared(d, dv):
 @functools.cache
 def dkdv_kernel(kind, out_dtype, d, dv):
     """dK, dV of 64 keys a block; grid (⌈Sk/64⌉, B·Hkv) of 160 threads."""
-    pack = parts(kind, d, dv)[6]
-    qk, vdo, acc_v, acc_k = _started(kind, d, dv)
+    qk, vdo, acc_v, acc_k, pack = products(kind, d, dv, started=True)
     wait_all = wgmma.wgmma_wait(0)
     write_k, write_v = writer(out_dtype, d), writer(out_dtype, dv)
     NS, KP, ND, NV = BN // 2, BN // 16, d // 2, dv // 2
@@ -196,8 +187,7 @@ def dkdv_kernel(kind, out_dtype, d, dv):
 @functools.cache
 def dq_kernel(kind, d, dv):
     """dQ of 64 query rows a block, into the float32 accumulator; grid (⌈Sq/64⌉, B·Hq)."""
-    pack = parts(kind, d, dv)[6]
-    qk, vdo, _, acc_k = _started(kind, d, dv)
+    qk, vdo, _, acc_k, pack = products(kind, d, dv, started=True)
     wait_all = wgmma.wgmma_wait(0)
     write_q = writer(np.float32, d)
     NS, KP, ND = BN // 2, BN // 16, d // 2
@@ -259,11 +249,7 @@ def dq_kernel(kind, d, dv):
         dl = cuda.local.array(2, float32)  # and D
         for x in range(ND):
             acc[x] = 0.0
-        for rr in range(2):
-            r = i0 + 16 * warp + g + 8 * rr
-            x = lse[b, h, r] if r < sq else -math.inf
-            l2[rr] = x * float32(LOG2E) if x != -math.inf else math.inf
-            dl[rr] = delta[b, h, r] if r < sq else 0.0
+        row_terms(lse, delta, b, h, i0 + 16 * warp + g, sq, l2, dl)
         if n_tiles > 0:
             tma.wait(bar, ONCE, 0)  # Q_i and dO_i have landed
         for it in range(n_tiles):
@@ -275,15 +261,7 @@ def dq_kernel(kind, d, dv):
             vdo(dp, smem, do_at, smem, at + A_E)  # dP = dO_i V_jᵀ, started beside it
             wait_all()  # both are done
             inside = j0 + BN <= sk and whole(i0, j0, shift, left, right)
-            for rr in range(2):
-                row = i0 + 16 * warp + g + 8 * rr
-                for j in range(BN // 8):
-                    for e in range(2):
-                        y, key = 4 * j + 2 * rr + e, j0 + 8 * j + 2 * t + e
-                        p = math.exp2(s[y] * c2 - l2[rr])
-                        if not inside and not (key < sk and visible(row, key, shift, left, right)):
-                            p = float32(0.0)
-                        dp[y] = p * (dp[y] - dl[rr])  # dS = P ∘ (dP − D)
+            ds_rows(s, dp, l2, dl, c2, i0 + 16 * warp + g, j0, t, sk, shift, left, right, inside)
             pack(dp, pf)
             acc_k(acc, pf, smem, at)  # dQ += dS K_j, started
             wait_all()  # done: pf and the stage may be reused
