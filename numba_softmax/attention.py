@@ -25,10 +25,10 @@ __all__ = ["attention", "merge_attention"]
 
 F32 = np.dtype(np.float32)
 # the configuration of the wgmma kernel (:mod:`.kernels.attention.hopper_ws`) that one-pass
-# fp16/bf16 calls take on sm_90: "auto" (the default) h6 at D = Dv = 128 and h5 otherwise,
-# for C-contiguous q, k, v (docs/algorithms/hopper.md says why); a name of
-# hopper_ws.CONFIGS that one wherever it applies, strided inputs copied for it; "off"
-# keeps every call on mma.sync
+# fp16/bf16 calls take on sm_90: "auto" (the default) h6 at D = Dv = 128, h7 at D = Dv = 64
+# and h5 otherwise (D 64 with Dv 128 or the reverse), for C-contiguous q, k, v
+# (docs/algorithms/hopper.md says why); a name of hopper_ws.CONFIGS that one wherever it
+# applies, strided inputs copied for it; "off" keeps every call on mma.sync
 HOPPER = os.environ.get("NUMBA_SOFTMAX_HOPPER", "auto")
 HOPPER_SETTINGS = ("auto", "off") + tuple(_hopper.CONFIGS)
 
@@ -59,7 +59,8 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
     model hands over, stays on ``mma.sync``: copying it each call costs more host time
     than the kernel saves).  ``NUMBA_SOFTMAX_HOPPER=off`` keeps Hopper on ``mma.sync``;
     ``h2`` … ``h7`` pick one configuration of the kernel where it applies, strided inputs
-    copied for it; ``auto`` (the default) takes h6 at D = Dv = 128 and h5 otherwise).
+    copied for it; ``auto`` (the default) takes h6 at D = Dv = 128, h7 at D = Dv = 64 and h5
+    otherwise).
 
     Parameters
     ----------
@@ -192,10 +193,10 @@ def hopper_config(d, d_v, window, softcap, slopes, arrays=()):
         return None
     if d not in _hopper.HEAD_DIMS or d_v not in _hopper.HEAD_DIMS:
         return None
-    if HOPPER == "auto":  # h6's turns pay where the products are long: D = Dv = 128
-        if not all(map(_packed, arrays)):
+    if HOPPER == "auto":  # h6's turns pay where the products are long (D = Dv = 128),
+        if not all(map(_packed, arrays)):  # h7's taller block where they are short
             return None
-        return "h6" if d == d_v == 128 else "h5"
+        return {128: "h6", 64: "h7"}[d] if d == d_v else "h5"
     return HOPPER if _hopper.takes(HOPPER, d, d_v) else None
 
 

@@ -141,7 +141,8 @@ def test_refuses_what_it_does_not_run():
 
 @pytest.mark.skipif(SIMULATOR, reason="the API routes to the wgmma kernel on an sm_90 GPU only")
 def test_the_public_api_takes_the_wgmma_kernel_where_it_applies(monkeypatch):
-    """ns.attention on sm_90: by default ("auto") fp16 D 64 runs h5 and D 128 h6, with
+    """ns.attention on sm_90: by default ("auto") fp16 D 64 runs h7, D 128 h6 and D 64
+    with Dv 128 h5, each with
     the reference's answer; a strided q stays on mma.sync under "auto", and under a named
     configuration is copied for its tensor map (still the reference); a window, or
     NUMBA_SOFTMAX_HOPPER=off, keeps mma.sync; "h3" runs h3 at D 64 too; "h7" runs h7 at
@@ -157,7 +158,7 @@ def test_the_public_api_takes_the_wgmma_kernel_where_it_applies(monkeypatch):
     monkeypatch.setattr(hopper_ws, "launch",
                         lambda *a, **kw: calls.append(kw["config"]) or launch(*a, **kw))
     rng, seed = fresh()
-    for d, config in ((64, "h5"), (128, "h6")):
+    for d, config in ((64, "h7"), (128, "h6")):
         q, k, v = (random(rng, (2, 4, 200, d), F16) for _ in range(3))
         dq, dk, dv = (cuda.to_device(x) for x in (q, k, v))
         for causal in (False, True):
@@ -165,6 +166,12 @@ def test_the_public_api_takes_the_wgmma_kernel_where_it_applies(monkeypatch):
             want = R.attention(values(q), values(k), values(v), causal=causal, return_lse=True)
             check(o.copy_to_host(), lse.copy_to_host(), *want, F16, f"seed {seed}")
         assert calls[-2:] == [config, config]
+    q64 = random(rng, (2, 4, 200, 64), F16)  # D 64, Dv 128
+    o = ns.attention(cuda.to_device(q64), cuda.to_device(q64), dv)
+    np.testing.assert_allclose(o.copy_to_host().astype(np.float64),
+                               R.attention(values(q64), values(q64), values(v)), rtol=4e-3,
+                               atol=2e-3, err_msg=f"D 64, Dv 128, seed {seed}")
+    assert calls[-1] == "h5"
     before = len(calls)
     want = R.attention(values(q)[:, :, ::2], values(k), values(v))
     for setting, routed in (("auto", []), ("h5", ["h5"])):  # a stepped q
