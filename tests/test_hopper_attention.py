@@ -142,9 +142,9 @@ def test_refuses_what_it_does_not_run():
 @pytest.mark.skipif(SIMULATOR, reason="the API routes to the wgmma kernel on an sm_90 GPU only")
 def test_the_public_api_takes_the_wgmma_kernel_where_it_applies(monkeypatch):
     """ns.attention on sm_90: by default ("auto") fp16 D 64 runs h7, D 128 h6 and D 64
-    with Dv 128 h5, each with
-    the reference's answer; a strided q stays on mma.sync under "auto", and under a named
-    configuration is copied for its tensor map (still the reference); a window, or
+    with Dv 128 h5, each with the reference's answer; a strided q stays on mma.sync under
+    "auto", and under a named configuration is copied for its tensor map (still the
+    reference); a window, or
     NUMBA_SOFTMAX_HOPPER=off, keeps mma.sync; "h3" runs h3 at D 64 too; "h7" runs h7 at
     D 64 and leaves D 128, which it does not take, on mma.sync."""
     import importlib
