@@ -11,9 +11,10 @@
 ``merge``         the (O, LSE) merge of partial results: key ranges of one query row
 ``hopper``        h1 — on Hopper's warpgroup MMA (``wgmma``): Q, K, V in swizzled shared
                   memory, P from registers; the first step towards FlashAttention-3
-``hopper_fold``   one key tile folded into a warpgroup's rows on ``wgmma`` (h1 … h6)
+``hopper_fold``   one key tile folded into a warpgroup's rows on ``wgmma`` (h1 … h7)
 ``hopper_ws``     h2 — h1 fed by TMA through a ring of mbarriers by a producer warp;
                   h3 — two consumer warpgroups, 128-key tiles, ``setmaxnreg``;
                   h4, h5 — the softmax of tile j under the product of tile j − 1;
-                  h6 — h5 with the two consumers taking turns (ping-pong)
+                  h6 — h5 with the two consumers taking turns (ping-pong);
+                  h7 — h5 with three consumers (192 query rows), D 64
 """
