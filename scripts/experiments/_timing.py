@@ -1,4 +1,5 @@
-"""Kernel time behind a sleeping kernel, shared by the GPU sweep scripts."""
+"""Kernel time behind a sleeping kernel, and the kernels of one call under torch.profiler:
+shared by the GPU sweep scripts."""
 
 import statistics
 
@@ -77,3 +78,27 @@ class RowSets:
     def copy_gbps(self):
         """The device-to-device copy of the same bytes (torch ``copy_``)."""
         return self.gbps(kernel_ms(lambda i: self.ys[i].copy_(self.xs[i]), self.sets))
+
+
+def profiled(fn, n):
+    """One call of ``fn`` under torch.profiler: its ``n`` costliest GPU kernels as
+    [name, ms, launches], and the step's GPU-busy ms (every kernel summed) and wall ms."""
+    import time
+
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) * 1e3
+    kernels = {}
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA and e.device_time_total > 0:  # a kernel, copy or set
+            ms, count = kernels.get(e.name, (0.0, 0))
+            kernels[e.name] = (ms + e.device_time_total / 1e3, count + 1)
+    top = sorted(kernels.items(), key=lambda kv: -kv[1][0])[:n]
+    return {"kernels": [[name[:90], ms, count] for name, (ms, count) in top],
+            "busy_ms": sum(ms for ms, _ in kernels.values()), "wall_ms": wall}

@@ -2,7 +2,7 @@
 """hb1 and hb2, the wgmma attention backwards, beside b3 (the package's mma.sync
 backward) and SDPA's backward.
 
-    python scripts/experiments/hopper_bwd.py [--dtype bf16] [--out FILE]
+    python scripts/experiments/hopper_bwd.py [--dtype bf16] [--out FILE] [--profile N]
 
 Needs an sm_90 GPU and PyTorch.  At each shape: O and LSE from h2 (the wgmma forward),
 dO random; hb1's and hb2's gradients compared with b3's (max |difference| over dQ, dK,
@@ -11,6 +11,9 @@ kernel time behind a sleeping kernel (``_timing.kernel_ms``: CUDA events, 20 cal
 round, the median of 5 rounds), the preprocess and dQ-rounding kernels counted — and
 SDPA's backward (``torch.autograd.grad`` of its output, the forward not counted).  FLOPs
 10·B·H·S²·D (the five products; half with causal), what FlashAttention's papers count.
+``--profile N``: after the table, one call of each at the first shape under torch.profiler,
+with its N costliest GPU kernels — where a backward's time goes (hb1's and hb2's dK/dV and
+dQ kernels apart, the preprocess and the dQ rounding).
 """
 
 import argparse
@@ -26,7 +29,7 @@ from numba_softmax.kernels.backward import hopper_backward as hb
 from numba_softmax.kernels.backward import hopper_backward_ws as hb2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import attention_row, write_table  # noqa: E402
+from _timing import attention_row, profiled, write_table  # noqa: E402
 
 SHAPES = [(4, 16, 4096, 64, False), (4, 16, 4096, 128, False), (4, 16, 4096, 64, True),
           (4, 16, 4096, 128, True), (1, 16, 16384, 64, False), (1, 16, 16384, 128, False),
@@ -38,6 +41,8 @@ def main():
     p.add_argument("--out", help="also write the table here")
     p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
     p.add_argument("--shapes", type=int, default=len(SHAPES), help="the first N shapes")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="also list each backward's N costliest GPU kernels at the first shape")
     args = p.parse_args()
     dtype = torch.float16 if args.dtype == "fp16" else torch.bfloat16
     names = ("hb1", "hb2", "b3 (mma.sync)", "SDPA")
@@ -49,6 +54,7 @@ def main():
     torch.manual_seed(0)
     bits = (lambda t: t) if dtype == torch.float16 else (lambda t: t.view(torch.uint16))
     stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
+    profiles, shape = [], ""
     for b, h, s, d, causal in SHAPES[:args.shapes]:
         q, k, v, do = (torch.randn(b, h, s, d, device="cuda", dtype=dtype) for _ in range(4))
         o, lse = torch.empty_like(q), torch.empty(b, h, s, device="cuda", dtype=torch.float32)
@@ -71,6 +77,16 @@ def main():
         flops = 10 * b * h * s * s * d * (0.5 if causal else 1.0)
         lines.append(attention_row(b, h, s, d, causal, runs, flops,
                                    "    ".join(f"{x:.1e}" for x in diffs)))
+        if args.profile and len(profiles) == 0:
+            profiles = [(name, profiled(lambda fn=fn: fn(0), args.profile))
+                        for name, fn in zip(names, runs)]
+            shape = f"B {b}, H {h}, S {s}, D {d}{', causal' if causal else ''}"
+    for name, prof in profiles:
+        more = [f"\n# {name} at {shape}: one call, GPU busy {prof['busy_ms']:.3f} ms, "
+                f"wall {prof['wall_ms']:.3f} ms"]
+        more += [f"#   {ms:8.3f} ms  {count:3d}x  {kname}" for kname, ms, count in prof["kernels"]]
+        print("\n".join(more), flush=True)
+        lines += more
     write_table(lines, args.out)
     return 0
 

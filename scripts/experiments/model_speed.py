@@ -92,31 +92,6 @@ def timed(fn, warmup, iters):
     return statistics.median(times), first
 
 
-def profiled(fn, n):
-    """One call of ``fn`` under torch.profiler: its ``n`` costliest GPU kernels as
-    [name, ms, launches], and the step's GPU-busy ms (every kernel summed) and wall ms."""
-    import time
-
-    import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        wall = (time.perf_counter() - t0) * 1e3
-    kernels = {}
-    for e in prof.events():
-        if e.device_type == DeviceType.CUDA and e.device_time_total > 0:  # a kernel, copy or set
-            ms, count = kernels.get(e.name, (0.0, 0))
-            kernels[e.name] = (ms + e.device_time_total / 1e3, count + 1)
-    top = sorted(kernels.items(), key=lambda kv: -kv[1][0])[:n]
-    return {"kernels": [[name[:90], ms, count] for name, (ms, count) in top],
-            "busy_ms": sum(ms for ms, _ in kernels.values()), "wall_ms": wall}
-
-
 def worker(args):
     """One configuration: build, time prefill then a training step; one JSON line out."""
     import numpy as np
@@ -169,6 +144,9 @@ def worker(args):
     out["train_ms"], loss = timed(step, args.warmup, args.iters)
     out["loss"] = loss.item()
     if args.profile:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from _timing import profiled
+
         out["profile"] = profiled(step, args.profile)
     out["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
     out["wgmma"] = (f"{sum(c is not None for c in seen)}/{len(seen)}" if seen is not None
