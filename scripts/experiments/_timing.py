@@ -102,3 +102,10 @@ def profiled(fn, n):
     top = sorted(kernels.items(), key=lambda kv: -kv[1][0])[:n]
     return {"kernels": [[name[:90], ms, count] for name, (ms, count) in top],
             "busy_ms": sum(ms for ms, _ in kernels.values()), "wall_ms": wall}
+
+
+def profile_lines(title, prof):
+    """A :func:`profiled` result as table lines: a header naming ``title`` with the GPU-busy
+    and wall time, then one line a kernel (its time, its launches, its name)."""
+    return ([f"\n# {title}: GPU busy {prof['busy_ms']:.3f} ms of {prof['wall_ms']:.3f} ms wall"]
+            + [f"#   {ms:8.3f} ms {count:5d}x  {name}" for name, ms, count in prof["kernels"]])

@@ -29,7 +29,7 @@ from numba_softmax.kernels.backward import hopper_backward as hb
 from numba_softmax.kernels.backward import hopper_backward_ws as hb2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import attention_row, profiled, write_table  # noqa: E402
+from _timing import attention_row, profile_lines, profiled, write_table  # noqa: E402
 
 SHAPES = [(4, 16, 4096, 64, False), (4, 16, 4096, 128, False), (4, 16, 4096, 64, True),
           (4, 16, 4096, 128, True), (1, 16, 16384, 64, False), (1, 16, 16384, 128, False),
@@ -54,7 +54,7 @@ def main():
     torch.manual_seed(0)
     bits = (lambda t: t) if dtype == torch.float16 else (lambda t: t.view(torch.uint16))
     stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
-    profiles, shape = [], ""
+    profiles = []
     for b, h, s, d, causal in SHAPES[:args.shapes]:
         q, k, v, do = (torch.randn(b, h, s, d, device="cuda", dtype=dtype) for _ in range(4))
         o, lse = torch.empty_like(q), torch.empty(b, h, s, device="cuda", dtype=torch.float32)
@@ -77,14 +77,12 @@ def main():
         flops = 10 * b * h * s * s * d * (0.5 if causal else 1.0)
         lines.append(attention_row(b, h, s, d, causal, runs, flops,
                                    "    ".join(f"{x:.1e}" for x in diffs)))
-        if args.profile and len(profiles) == 0:
-            profiles = [(name, profiled(lambda fn=fn: fn(0), args.profile))
-                        for name, fn in zip(names, runs)]
+        if args.profile and not profiles:  # the first shape: one call of each, profiled
             shape = f"B {b}, H {h}, S {s}, D {d}{', causal' if causal else ''}"
-    for name, prof in profiles:
-        more = [f"\n# {name} at {shape}: one call, GPU busy {prof['busy_ms']:.3f} ms, "
-                f"wall {prof['wall_ms']:.3f} ms"]
-        more += [f"#   {ms:8.3f} ms  {count:3d}x  {kname}" for kname, ms, count in prof["kernels"]]
+            profiles = [profile_lines(f"{name} at {shape}, one call",
+                                      profiled(lambda fn=fn: fn(0), args.profile))
+                        for name, fn in zip(names, runs)]
+    for more in profiles:
         print("\n".join(more), flush=True)
         lines += more
     write_table(lines, args.out)

@@ -48,6 +48,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _timing, imported where it is used
 
 
 def parse(argv=None):
@@ -144,8 +145,7 @@ def worker(args):
     out["train_ms"], loss = timed(step, args.warmup, args.iters)
     out["loss"] = loss.item()
     if args.profile:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from _timing import profiled
+        from _timing import profiled  # (imports torch: the workers only)
 
         out["profile"] = profiled(step, args.profile)
     out["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
@@ -228,10 +228,9 @@ def main():
                      f"{delta:>14} {r['loss']:>8.4f} {r['peak_gib']:>8.1f} {r['wgmma']:>7}")
     for name, r in results.items():
         if "profile" in r:
-            prof = r["profile"]
-            lines.append(f"\n# {name}: one training step profiled, GPU busy "
-                         f"{prof['busy_ms']:.2f} ms of {prof['wall_ms']:.2f} ms wall")
-            lines += [f"  {ms:8.2f} ms {count:5d}×  {kname}" for kname, ms, count in prof["kernels"]]
+            from _timing import profile_lines
+
+            lines += profile_lines(f"{name}, one training step", r["profile"])
     print("\n".join(lines))
     if args.out:
         with open(args.out, "w") as f:
