@@ -19,6 +19,7 @@ from .kernels.attention import attention as _forward
 from .kernels.attention import attention_tc as _tensor_cores
 from .kernels.attention import hopper_ws as _hopper
 from .kernels.attention import merge as _merge
+from .kernels.hw import tma_maps as _maps
 from .kernels.decode import decode_launch as _decode
 
 __all__ = ["attention", "merge_attention"]
@@ -26,7 +27,7 @@ __all__ = ["attention", "merge_attention"]
 F32 = np.dtype(np.float32)
 # the configuration of the wgmma kernel (:mod:`.kernels.attention.hopper_ws`) that one-pass
 # fp16/bf16 calls take on sm_90: "auto" (the default) h6 at D = Dv = 128, h7 at D = Dv = 64
-# and h5 otherwise (D 64 with Dv 128 or the reverse), for C-contiguous q, k, v
+# and h5 otherwise (D 64 with Dv 128 or the reverse), for q, k, v a tensor map takes
 # (docs/algorithms/hopper.md says why); a name of hopper_ws.CONFIGS that one wherever it
 # applies, strided inputs copied for it; "off" keeps every call on mma.sync
 HOPPER = os.environ.get("NUMBA_SOFTMAX_HOPPER", "auto")
@@ -54,11 +55,12 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
     (:mod:`numba_softmax.kernels.attention.attention`; float16/bfloat16 on tensor cores:
     ``mma.sync``, or on Hopper (sm_90) the warp-specialized ``wgmma`` kernel of
     :mod:`~numba_softmax.kernels.attention.hopper_ws` where it applies — D and Dv 64 or
-    128, one pass, no window or score modification, and by default q, k, v C-contiguous
-    from 16-byte aligned addresses (what its tensor maps describe; a strided view, as a
-    model hands over, stays on ``mma.sync``: copying it each call costs more host time
-    than the kernel saves).  ``NUMBA_SOFTMAX_HOPPER=off`` keeps Hopper on ``mma.sync``;
-    ``h2`` … ``h7`` pick one configuration of the kernel where it applies, strided inputs
+    128, one pass, no window or score modification, and by default q, k, v as its tensor
+    maps take them: each row's values next to each other, other strides multiples of 16
+    bytes, 16-byte aligned addresses — contiguous arrays and a model's transposed views
+    do; anything else stays on ``mma.sync``, since copying it each call costs more host
+    time than the kernel saves.  ``NUMBA_SOFTMAX_HOPPER=off`` keeps Hopper on ``mma.sync``;
+    ``h2`` … ``h7`` pick one configuration of the kernel where it applies, other inputs
     copied for it; ``auto`` (the default) takes h6 at D = Dv = 128, h7 at D = Dv = 64 and h5
     otherwise).
 
@@ -152,8 +154,8 @@ def attention(q, k, v, *, causal=False, window=None, scale=None, return_lse=Fals
         hopper = None
         if splits == 1 and kernel is _tensor_cores:
             hopper = hopper_config(d, d_v, window, softcap, slopes, (q4, k4, v4))
-        if hopper is not None:  # tensor maps describe C-contiguous, 16-byte aligned arrays
-            q4, k4, v4 = (a if _packed(a) else heads.view(x, 2, stream, copy=True)
+        if hopper is not None:  # what no tensor map describes is copied (named settings)
+            q4, k4, v4 = (a if _maps.takes(a) else heads.view(x, 2, stream, copy=True)
                           for x, a in ((dq, q4), (dk, k4), (dv, v4)))
             _hopper.launch(q4, k4, v4, o4, lse4, causal=causal, scale=scale, stream=stream,
                            config=hopper)
@@ -181,8 +183,8 @@ def hopper_config(d, d_v, window, softcap, slopes, arrays=()):
     """The configuration of the wgmma kernel a one-pass fp16/bf16 call runs on (see
     ``HOPPER``), or None (mma.sync): on an sm_90 GPU (not the simulator), D and Dv 64 or
     128 (a named configuration: those it takes), no window or score modification; under
-    "auto" only where the device views ``arrays`` (q, k, v) are C-contiguous and 16-byte
-    aligned (a copy for the tensor maps costs more host time than the kernel saves).  An unknown
+    "auto" only where a tensor map describes the device views ``arrays`` (q, k, v) as they
+    are (:func:`.tma_maps.takes`; a copy costs more host time than the kernel saves).  An unknown
     ``NUMBA_SOFTMAX_HOPPER`` is a ValueError naming it."""
     if HOPPER not in HOPPER_SETTINGS:
         raise ValueError(f"NUMBA_SOFTMAX_HOPPER must be one of {HOPPER_SETTINGS}, got {HOPPER!r}")
@@ -194,15 +196,10 @@ def hopper_config(d, d_v, window, softcap, slopes, arrays=()):
     if d not in _hopper.HEAD_DIMS or d_v not in _hopper.HEAD_DIMS:
         return None
     if HOPPER == "auto":  # h6's turns pay where the products are long (D = Dv = 128),
-        if not all(map(_packed, arrays)):  # h7's taller block where they are short
+        if not all(map(_maps.takes, arrays)):  # h7's taller block where they are short
             return None
         return {128: "h6", 64: "h7"}[d] if d == d_v else "h5"
     return HOPPER if _hopper.takes(HOPPER, d, d_v) else None
-
-
-def _packed(a):
-    """Whether a (B, H, S, D) device view is what a tensor map describes."""
-    return a.flags["C_CONTIGUOUS"] and a.__cuda_array_interface__["data"][0] % 16 == 0
 
 
 def _fill(target, result, stream):

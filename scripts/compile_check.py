@@ -609,11 +609,12 @@ def _plumbing():
                          block={"h2": 160, "h7": 512}.get(cfg, 384), min_cc=(9, 0), arch="a"))
     for rows, sw in ((64, 1), (16, 0)):
         out.append(Entry("hw.tma", f"box {rows}x64 f16 swizzle {sw}", "kernels.hw.tma:example_kernel",
-                         (rows, 64, sw), (C(uint64, 1), int64, int64, int64, C(uint16, 1)), block=128,
-                         min_cc=(9, 0), arch="a"))
-    out.append(Entry("hw.tma", "box 64x64 f16 swizzle 1, 3-D", "kernels.hw.tma:example_kernel",
-                     (64, 64, 1, True), (C(uint64, 1), int64, int64, int64, C(uint16, 1)),
-                     block=128, min_cc=(9, 0), arch="a"))
+                         (rows, 64, sw), (C(uint64, 1), int64, int64, int64, int64, C(uint16, 1)),
+                         block=128, min_cc=(9, 0), arch="a"))
+    for rank in (3, 4):
+        out.append(Entry("hw.tma", f"box 64x64 f16 swizzle 1, {rank}-D", "kernels.hw.tma:example_kernel",
+                         (64, 64, 1, rank), (C(uint64, 1), int64, int64, int64, int64, C(uint16, 1)),
+                         block=128, min_cc=(9, 0), arch="a"))
     return out
 
 

@@ -56,6 +56,14 @@ def permuted(arr, order):
     return kinds.view_of(d, tuple(d.shape[i] for i in order), tuple(d.strides[i] for i in order))
 
 
+def heads_view(x):
+    """The host array x (B, H, S, D) on the device as a model hands it over: a view of a
+    (B, S, H, D) array, the rows of one head H·D values apart."""
+    from numba import cuda
+
+    return permuted(cuda.to_device(np.ascontiguousarray(x.transpose(0, 2, 1, 3))), (0, 2, 1, 3))
+
+
 def to_host(y):
     """Any array kind's values as a NumPy array."""
     if isinstance(y, np.ndarray):

@@ -12,13 +12,13 @@ from numba_softmax import reference as R
 from numba_softmax.kernels.attention import hopper, hopper_ws
 
 from _attention_data import BF16, F16, F32, check, fresh, poisoned, random, values
-from _helpers import SIMULATOR, hopper_or_simulator, sized
+from _helpers import SIMULATOR, heads_view, hopper_or_simulator, sized
 
 pytestmark = pytest.mark.skipif(not hopper_or_simulator(), reason="wgmma needs sm_90 (or the simulator)")
 
 
 def run(rng, b, hq, hkv, sq, sk, d, dv, dtype, causal, scale=None, out_dtype=None,
-        ragged=False, v_n_major=False, launch=None):
+        ragged=False, v_n_major=False, launch=None, heads=False):
     q = random(rng, (b, hq, sq, d), dtype)
     k = random(rng, (b, hkv, sk, d + ragged), dtype)  # ragged: rows of d + 1 values, not
     # 16-byte aligned, so the kernel reads them value by value
@@ -26,6 +26,8 @@ def run(rng, b, hq, hkv, sq, sk, d, dv, dtype, causal, scale=None, out_dtype=Non
     out_dtype = dtype if out_dtype is None else out_dtype
     o, lse = poisoned((b, hq, sq, dv), out_dtype), poisoned((b, hq, sq), F32)
     dq, dk, dvv = cuda.to_device(q), cuda.to_device(k)[:, :, :, :d], cuda.to_device(v)
+    if heads:
+        dq, dk, dvv = heads_view(q), heads_view(k), heads_view(v)
     k = k[..., :d]
     if launch is None:
         hopper.launch(dq, dk, dvv, o, lse, causal=causal, scale=scale, v_n_major=v_n_major)
@@ -102,6 +104,28 @@ def test_warp_specialized(case, dtype, config):
         launch=functools.partial(hopper_ws.launch, config=config))
 
 
+@pytest.mark.parametrize("config", sized(["h2"], list(hopper_ws.CONFIGS)))
+@pytest.mark.parametrize("case", sized(
+    [(2, 2, 1, 8, 40, 64, 64, True)],  # two batches, GQA: every coordinate of the map moves
+    [(2, 8, 2, 300, 517, 64, 64, False), (1, 4, 4, 517, 300, 128, 128, True)]),
+    ids=lambda c: "b{}-h{}-{}-sq{}-sk{}-d{}-{}{}".format(*c[:7], "-causal" if c[7] else ""))
+def test_warp_specialized_reads_a_models_transposed_views(case, config):
+    """q, k, v as a model hands them over — (B, H, S, D) views of (B, S, H, D)
+    projections — loaded as they lie by the 4-D tensor maps, no copy."""
+    if not hopper_ws.takes(config, case[5], case[6]):
+        pytest.skip(f"{config} does not take D {case[5]}")
+    rng, _ = fresh()
+    run(rng, *case[:7], F16, case[7], heads=True,
+        launch=functools.partial(hopper_ws.launch, config=config))
+
+
+def test_warp_specialized_refuses_what_no_tensor_map_describes():
+    z = np.zeros((1, 1, 8, 66), np.float16)[..., :64]  # rows 132 bytes apart
+    c = np.zeros((1, 1, 8, 64), np.float16)
+    with pytest.raises(ValueError, match="^k: a tensor map"):
+        hopper_ws.launch(c, z, c, c.copy(), np.zeros((1, 1, 8), np.float32), config="h2")
+
+
 def test_warp_specialized_refuses_an_unknown_config():
     z = np.zeros((1, 1, 8, 64), np.float16)
     with pytest.raises(ValueError, match="config"):
@@ -142,9 +166,10 @@ def test_refuses_what_it_does_not_run():
 @pytest.mark.skipif(SIMULATOR, reason="the API routes to the wgmma kernel on an sm_90 GPU only")
 def test_the_public_api_takes_the_wgmma_kernel_where_it_applies(monkeypatch):
     """ns.attention on sm_90: by default ("auto") fp16 D 64 runs h7, D 128 h6 and D 64
-    with Dv 128 h5, each with the reference's answer; a strided q stays on mma.sync under
-    "auto", and under a named configuration is copied for its tensor map (still the
-    reference); a window, or
+    with Dv 128 h5, each with the reference's answer; a stepped q (every other row) and a
+    model's transposed views take it too, as their tensor maps describe them; a q whose
+    rows are not 16-byte aligned stays on mma.sync under "auto", and under a named
+    configuration is copied for its tensor map (still the reference); a window, or
     NUMBA_SOFTMAX_HOPPER=off, keeps mma.sync; "h3" runs h3 at D 64 too; "h7" runs h7 at
     D 64 and leaves D 128, which it does not take, on mma.sync."""
     import importlib
@@ -172,11 +197,17 @@ def test_the_public_api_takes_the_wgmma_kernel_where_it_applies(monkeypatch):
                                R.attention(values(q64), values(q64), values(v)), rtol=4e-3,
                                atol=2e-3, err_msg=f"D 64, Dv 128, seed {seed}")
     assert calls[-1] == "h5"
-    before = len(calls)
     want = R.attention(values(q)[:, :, ::2], values(k), values(v))
-    for setting, routed in (("auto", []), ("h5", ["h5"])):  # a stepped q
+    o = ns.attention(dq[:, :, ::2], heads_view(k), heads_view(v))  # stepped q, k/v views
+    np.testing.assert_allclose(o.copy_to_host().astype(np.float64), want, rtol=4e-3,
+                               atol=2e-3, err_msg=f"views, seed {seed}")
+    assert calls[-1] == "h6"
+    before = len(calls)
+    wide = cuda.to_device(np.concatenate([q, q[..., :2]], axis=-1))[:, :, :, :128]
+    want = R.attention(values(q), values(k), values(v))
+    for setting, routed in (("auto", []), ("h5", ["h5"])):  # rows 260 bytes apart
         monkeypatch.setattr(api, "HOPPER", setting)
-        o = ns.attention(dq[:, :, ::2], dk, dv)
+        o = ns.attention(wide, dk, dv)
         np.testing.assert_allclose(o.copy_to_host().astype(np.float64), want, rtol=4e-3,
                                    atol=2e-3, err_msg=f"{setting}, seed {seed}")
         assert calls[before:] == routed

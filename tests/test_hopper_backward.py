@@ -11,17 +11,20 @@ from numba_softmax import reference as R
 from numba_softmax.kernels.backward import hopper_backward as HB
 from numba_softmax.kernels.backward import hopper_backward_ws as HBW
 
-from _helpers import SIMULATOR, hopper_or_simulator, sized
+from _helpers import SIMULATOR, heads_view, hopper_or_simulator, sized
 from test_attention_backward_tc import check_rule, lowp_backward, values
 from test_backward import BF16, F16, att_case, fresh, poisoned
 
 pytestmark = pytest.mark.skipif(not hopper_or_simulator(), reason="wgmma needs sm_90 (or the simulator)")
 
 
-def run(inputs, causal=False, window=(-1, -1), scale=None, strided=False, launch=HB.launch):
+def run(inputs, causal=False, window=(-1, -1), scale=None, strided=False, launch=HB.launch,
+        heads=False):
     do, q, k, v, o, lse = inputs
     outs = [poisoned(x.shape, x.dtype) for x in (q, k, v)]
     dev = [cuda.to_device(x) for x in inputs]
+    if heads:  # do, q, k, v as a model's transposed views
+        dev[:4] = [heads_view(x) for x in inputs[:4]]
     if strided:  # q read through a view whose rows are not 16-byte aligned: value by value
         wide = cuda.to_device(np.concatenate([q, q[..., :1]], axis=-1))
         dev[1] = wide[:, :, :, :q.shape[-1]]
@@ -73,13 +76,29 @@ def test_hb2_matches_the_reference(case):
     check_rule(got, want, lowp, f"hb2, case {case}, seed {seed}", storage)
 
 
-def test_hb2_refuses_strided_inputs():
+@pytest.mark.parametrize("case", sized(
+    [(2, 2, 1, 9, 20, 64, 64, True, (-1, -1), F16)],  # two batches, GQA: every coordinate
+    [(2, 8, 2, 333, 200, 64, 64, True, (-1, -1), BF16),
+     (1, 4, 1, 300, 300, 128, 128, False, (64, 16), F16)]),
+    ids=lambda c: "b{}-h{}-{}-sq{}-sk{}-d{}-{}".format(*c[:7]))
+def test_hb2_reads_a_models_transposed_views(case):
+    """do, q, k, v as (B, H, S, D) views of (B, S, H, D) arrays: the 4-D maps load them
+    as they lie."""
+    rng, seed = fresh()
+    b, hq, hkv, sq, sk, d, dv, causal, window, storage = case
+    inputs, want = att_case(rng, b, hq, hkv, sq, sk, d, dv, storage, causal, window, scale=0.3)
+    got = run(inputs, causal, window, scale=0.3, launch=HBW.launch, heads=True)
+    lowp = lowp_backward(inputs, storage, causal, window, 0.3)
+    check_rule(got, want, lowp, f"hb2 on views, case {case}, seed {seed}", storage)
+
+
+def test_hb2_refuses_what_no_tensor_map_describes():
     rng, _ = fresh()
     inputs, _ = att_case(rng, 1, 1, 1, 4, 4, 64, 64, F16)
     dev = [cuda.to_device(x) for x in inputs]
     outs = [cuda.to_device(np.zeros_like(x)) for x in inputs[1:4]]
-    wide = cuda.to_device(np.zeros((1, 1, 4, 128), F16))
-    with pytest.raises(ValueError, match="C-contiguous"):
+    wide = cuda.to_device(np.zeros((1, 1, 4, 66), F16))  # rows 132 bytes apart
+    with pytest.raises(ValueError, match="^q: a tensor map"):
         HBW.launch(dev[0], wide[:, :, :, :64], *dev[2:], *outs)
 
 

@@ -128,7 +128,7 @@ def test_bad_shapes_are_refused():
     with pytest.raises(ValueError, match="setmaxnreg"):
         wgmma.setmaxnreg_inc(250)
     with pytest.raises(TypeError, match="array"):
-        tma.check_box(np.zeros((2, 4, 4, 4), np.float16), 4, 8, tma.NONE)
+        tma.check_box(np.zeros((2, 2, 4, 4, 4), np.float16), 4, 8, tma.NONE)
     with pytest.raises(ValueError, match="box_cols"):
         tma.check_box(np.zeros((4, 4), np.float16), 4, 4, tma.NONE)
 
@@ -146,7 +146,7 @@ def test_tma_tile_load_zero_fills(row, col, sw):
     dsrc = cuda.to_device(src)  # a map describes device memory
     tmap = tma.encode_tiled(dsrc, box_rows, box_cols, sw)
     out = np.zeros(box_rows * box_cols, np.uint16)
-    tma.example_kernel(box_rows, box_cols, sw)[1, 64](tmap, row, col, 0, out)
+    tma.example_kernel(box_rows, box_cols, sw)[1, 64](tmap, row, col, 0, 0, out)
     want = np.zeros((box_rows, box_cols), np.float16)
     for r in range(box_rows):
         for c in range(box_cols):
@@ -166,13 +166,60 @@ def test_tma_3d_loads_one_plane_and_zero_fills_past_it(plane, row):
     dsrc = cuda.to_device(src)
     tmap = tma.encode_tiled(dsrc, 16, 64, tma.SWIZZLE_128B)
     out = np.zeros(16 * 64, np.uint16)
-    tma.example_kernel(16, 64, tma.SWIZZLE_128B, three_d=True)[1, 64](tmap, row, 0, plane, out)
+    tma.example_kernel(16, 64, tma.SWIZZLE_128B, rank=3)[1, 64](tmap, row, 0, plane, 0, out)
     want = np.zeros((16, 64), np.float16)
     for r in range(16):
         if 0 <= plane < 3 and 0 <= row + r < 30:  # not the next plane's rows
             want[r] = src[plane, row + r]
     got = out[wgmma._swizzle128(*np.indices((16, 64)))]
     np.testing.assert_array_equal(got, want.view(np.uint16))
+
+
+@hopper
+@pytest.mark.parametrize("h,b,row", [(1, 0, 0), (2, 1, 20), (0, 1, -5), (3, 0, 0), (0, 2, 0)])
+def test_tma_4d_loads_a_transposed_view_plane_by_plane(h, b, row):
+    """A model's (B, H, S, D) view of a (B, S, H, D) array — strides (S·H·D, D, H·D, 1):
+    not in increasing order — loads plane [b, h] as it lies, zeros past its rows and
+    past the heads and batches."""
+    from _helpers import permuted
+
+    src = (np.arange(2 * 30 * 3 * 64, dtype=np.float32).reshape(2, 30, 3, 64) % 1999
+           + 1).astype(np.float16)  # (B, S, H, D)
+    view = permuted(cuda.to_device(src), (0, 2, 1, 3))  # (B, H, S, D), no copy
+    assert view.shape == (2, 3, 30, 64) and view.strides == (30 * 3 * 128, 128, 3 * 128, 2)
+    tmap = tma.encode_tiled(view, 16, 64, tma.SWIZZLE_128B)
+    out = np.zeros(16 * 64, np.uint16)
+    tma.example_kernel(16, 64, tma.SWIZZLE_128B, rank=4)[1, 64](tmap, row, 0, h, b, out)
+    want = np.zeros((16, 64), np.float16)
+    for r in range(16):
+        if b < 2 and h < 3 and 0 <= row + r < 30:
+            want[r] = src[b, row + r, h]
+    got = out[wgmma._swizzle128(*np.indices((16, 64)))]
+    np.testing.assert_array_equal(got, want.view(np.uint16))
+
+
+@pytest.mark.parametrize("shape,strides,takes", [
+    ((2, 3, 30, 64), (30 * 3 * 128, 128, 3 * 128, 2), True),  # transposed heads
+    ((1, 3, 30, 64), (7, 128, 3 * 128, 2), True),  # extent 1: its stride never used
+    ((2, 3, 30, 64), (30 * 3 * 130, 130, 3 * 130, 2), False),  # rows 130 bytes apart
+    ((2, 3, 30, 64), (30 * 3 * 256, 256, 3 * 256, 4), False),  # every other value
+])
+def test_pitches_of_takes_what_a_map_describes(shape, strides, takes):
+    from numpy.lib.stride_tricks import as_strided
+
+    from numba_softmax.kernels.hw import tma_maps
+
+    a = as_strided(np.zeros(1 << 16, np.float16), shape, strides)
+    if takes:
+        assert tma.pitches_of(a)[-1] == (16 if shape[0] == 1 else strides[0])
+        assert tma.pitches_of(a)[0] == strides[2]  # the row stride first
+    else:
+        with pytest.raises(ValueError, match="array: rows of contiguous values"):
+            tma.pitches_of(a)
+    assert tma_maps.takes(a) == takes
+    if not takes:  # the first array a map cannot describe, named
+        with pytest.raises(ValueError, match="^q: a tensor map"):
+            tma_maps.mappable(k=np.zeros(shape, np.float16), q=a)
 
 
 @sim_only

@@ -20,8 +20,9 @@ specialization, with one consumer warpgroup::
 
 TMA lands a tile as it lies in memory, 128-byte swizzled: Q and K_j are the K-major
 operands of S = Q K_jᵀ, and V_j is read N-major by O += P V_j (``trans_b``).  The loads
-use 3-D tensor maps over (B·H, S, D), one plane a (batch, head): rows past a sequence's
-end arrive as zeros.
+use 4-D tensor maps over (B, H, S, D) with the arrays' own strides, so a model's
+transposed views load as they lie; a box is one (batch, head) plane's rows, and rows
+past a sequence's end arrive as zeros.
 
 h3 is the same source in another configuration (:data:`CONFIGS`): two consumer
 warpgroups of 64 rows each share every K/V tile (128 query rows a block, half the copies
@@ -52,7 +53,8 @@ a third consumer puts more products in flight on every K/V tile instead.  The re
 file holds it only with D 64 tiles: 32 registers kept by the producer and 160 taken by
 each consumer (32·128 + 3·160·128 = 65,536).
 
-Needs: q, k, v C-contiguous, D and Dv 64 or 128, fp16 or bf16.  Sources: Shah et al.,
+Needs: q, k, v as a tensor map takes them (:func:`.tma_maps.takes`), D and Dv 64 or 128,
+fp16 or bf16.  Sources: Shah et al.,
 FlashAttention-3 (2024), sections 3.1 (warp specialization, the producer/consumer ring).
 """
 
@@ -133,7 +135,7 @@ def kernel(kind, out_dtype, d, dv, config="h2"):
 
     @jit.kernel(**options)
     def forward(tq, tk, tv, o, lse, n_kv, sk, scale, causal):
-        """tq, tk, tv: tensor maps of q, k, v as (B·H, S, D); o (B, Hq, Sq, Dv), lse
+        """tq, tk, tv: tensor maps of q, k, v as (B, H, S, D); o (B, Hq, Sq, Dv), lse
         (B, Hq, Sq); grid B·Hq·⌈Sq/BM⌉ blocks of THREADS threads."""
         tid = cuda.threadIdx.x
         warp, lane = tid >> 5, tid & 31
@@ -171,21 +173,20 @@ def kernel(kind, out_dtype, d, dv, config="h2"):
                 tma.arrive_expect_tx(bar, Q_BAR, Q_ELEMS * 2)
                 for w in range(consumers):  # each consumer's 64 rows, 64 columns a box
                     for c in range(d // 64):
-                        tma.tma_load_3d(smem, q_at + w * 64 * d + c * Q_CHUNK, tq, 64 * c,
-                                        i0 + 64 * w, b * n_h + h, bar, Q_BAR)
+                        tma.tma_load_4d(smem, q_at + w * 64 * d + c * Q_CHUNK, tq, 64 * c,
+                                        i0 + 64 * w, h, b, bar, Q_BAR)
                 for it in range(n_tiles):
                     st = it % STAGES
                     if it >= STAGES:  # the consumers are done with tile it − STAGES
                         tma.wait(bar, EMPTY_0 + st, ((it // STAGES) - 1) & 1)
                     at = q_at + Q_ELEMS + st * STAGE
                     tma.arrive_expect_tx(bar, FULL_0 + st, TILE_BYTES)
-                    plane = b * n_kv + hk
                     for c in range(d // 64):
-                        tma.tma_load_3d(smem, at + c * KV_CHUNK, tk, 64 * c, it * BN, plane,
+                        tma.tma_load_4d(smem, at + c * KV_CHUNK, tk, 64 * c, it * BN, hk, b,
                                         bar, FULL_0 + st)
                     for c in range(dv // 64):
-                        tma.tma_load_3d(smem, at + K_ELEMS + c * KV_CHUNK, tv, 64 * c,
-                                        it * BN, plane, bar, FULL_0 + st)
+                        tma.tma_load_4d(smem, at + K_ELEMS + c * KV_CHUNK, tv, 64 * c,
+                                        it * BN, hk, b, bar, FULL_0 + st)
                 last = n_tiles - 1  # stay until the last tile is read: its loads are ours
                 tma.wait(bar, EMPTY_0 + last % STAGES, (last // STAGES) & 1)
             return
@@ -274,14 +275,15 @@ def kernel(kind, out_dtype, d, dv, config="h2"):
 
 
 def launch(q, k, v, o, lse, *, causal=False, scale=None, stream=0, config="h2"):
-    """Run on C-contiguous 4-D device arrays q (B, Hq, Sq, D), k (B, Hkv, Sk, D),
-    v (B, Hkv, Sk, Dv), all float16 or all uint16 (bfloat16 bits), Hq a multiple of Hkv,
+    """Run on 4-D device arrays q (B, Hq, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv),
+    rows of contiguous values and other strides multiples of 16 bytes (what a tensor map
+    takes: a model's transposed views do), from 16-byte aligned addresses, all float16
+    or all uint16 (bfloat16 bits), Hq a multiple of Hkv,
     D and Dv 64 or 128; ``o`` (B, Hq, Sq, Dv: q's dtype or float32) and ``lse``
     (B, Hq, Sq, float32) receive the result.  ``config``: "h2" … "h7"
     (:data:`CONFIGS`; h7 D and Dv 64 only).  Needs sm_90 (or the simulator)."""
     n_b, n_h, sq, d, n_kv, sk, dv, scale = checked(q, k, v, o, lse, scale)
-    if not all(a.flags["C_CONTIGUOUS"] for a in (q, k, v)):
-        raise ValueError("q, k, v must be C-contiguous (their tensor maps see (B·H, S, D))")
+    tma_maps.mappable(q=q, k=k, v=v)
     if config not in CONFIGS:
         raise ValueError(f"config must be one of {sorted(CONFIGS)}, got {config!r}")
     if not takes(config, d, dv):

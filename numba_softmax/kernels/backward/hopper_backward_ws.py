@@ -20,9 +20,9 @@ shape (:mod:`..attention.hopper_ws`): one consumer warpgroup and one producer wa
                phase n mod 2, as in h2.
 
 The products, the packing of Pᵀ and dSᵀ into A fragments and the masks are hb1's
-(:mod:`.hopper_backward_parts`).  Tensor maps (3-D, over
-(B·H, S, D), 128-byte swizzled, rows past a sequence's end arriving as zeros) need
-C-contiguous do, q, k, v.  Unlike hb1, products that need not wait for each other start
+(:mod:`.hopper_backward_parts`).  Tensor maps (4-D, over (B, H, S, D) with the arrays'
+own strides, 128-byte swizzled, rows past a sequence's end arriving as zeros) take do,
+q, k, v strided or not.  Unlike hb1, products that need not wait for each other start
 together and are waited for once: Sᵀ with dPᵀ, then dV with dK (Pᵀ and dSᵀ in two sets of
 A fragments) — two waits a tile where hb1 has four.
 """
@@ -112,23 +112,22 @@ def dkdv_kernel(kind, out_dtype, d, dv):
                 _acquire(tq, tk, tv, tdo)
                 tma.arrive_expect_tx(bar, ONCE, 2 * STAGE)
                 for c in range(d // 64):
-                    tma.tma_load_3d(smem, k_at + c * CHUNK, tk, 64 * c, j0, b * n_kv + hk, bar,
-                                    ONCE)
+                    tma.tma_load_4d(smem, k_at + c * CHUNK, tk, 64 * c, j0, hk, b, bar, ONCE)
                 for c in range(dv // 64):
-                    tma.tma_load_3d(smem, v_at + c * CHUNK, tv, 64 * c, j0, b * n_kv + hk, bar,
-                                    ONCE)
+                    tma.tma_load_4d(smem, v_at + c * CHUNK, tv, 64 * c, j0, hk, b, bar, ONCE)
                 for it in range(n_tiles):
                     st = it % STAGES
                     if it >= STAGES:  # the consumer is done with tile it − STAGES
                         tma.wait(bar, EMPTY_0 + st, ((it // STAGES) - 1) & 1)
-                    plane = b * n_h + hk * group + it // n_qt
+                    h = hk * group + it // n_qt  # the query head of this tile
                     i0 = (t0 + it % n_qt) * BN
                     at = ring + st * STAGE
                     tma.arrive_expect_tx(bar, FULL_0 + st, 2 * STAGE)
                     for c in range(d // 64):
-                        tma.tma_load_3d(smem, at + c * CHUNK, tq, 64 * c, i0, plane, bar, FULL_0 + st)
+                        tma.tma_load_4d(smem, at + c * CHUNK, tq, 64 * c, i0, h, b, bar,
+                                        FULL_0 + st)
                     for c in range(dv // 64):
-                        tma.tma_load_3d(smem, at + A_E + c * CHUNK, tdo, 64 * c, i0, plane, bar,
+                        tma.tma_load_4d(smem, at + A_E + c * CHUNK, tdo, 64 * c, i0, h, b, bar,
                                         FULL_0 + st)
                 last = n_tiles - 1  # stay until the last tile is read: its loads are ours
                 tma.wait(bar, EMPTY_0 + last % STAGES, (last // STAGES) & 1)
@@ -221,10 +220,9 @@ def dq_kernel(kind, d, dv):
                 _acquire(tq, tk, tv, tdo)
                 tma.arrive_expect_tx(bar, ONCE, 2 * STAGE)
                 for c in range(d // 64):
-                    tma.tma_load_3d(smem, q_at + c * CHUNK, tq, 64 * c, i0, b * n_h + h, bar, ONCE)
+                    tma.tma_load_4d(smem, q_at + c * CHUNK, tq, 64 * c, i0, h, b, bar, ONCE)
                 for c in range(dv // 64):
-                    tma.tma_load_3d(smem, do_at + c * CHUNK, tdo, 64 * c, i0, b * n_h + h, bar,
-                                    ONCE)
+                    tma.tma_load_4d(smem, do_at + c * CHUNK, tdo, 64 * c, i0, h, b, bar, ONCE)
                 for it in range(n_tiles):
                     st = it % STAGES
                     if it >= STAGES:
@@ -232,11 +230,11 @@ def dq_kernel(kind, d, dv):
                     at = ring + st * STAGE
                     tma.arrive_expect_tx(bar, FULL_0 + st, 2 * STAGE)
                     for c in range(d // 64):
-                        tma.tma_load_3d(smem, at + c * CHUNK, tk, 64 * c, (t0 + it) * BN,
-                                        b * n_kv + hk, bar, FULL_0 + st)
+                        tma.tma_load_4d(smem, at + c * CHUNK, tk, 64 * c, (t0 + it) * BN, hk, b,
+                                        bar, FULL_0 + st)
                     for c in range(dv // 64):
-                        tma.tma_load_3d(smem, at + A_E + c * CHUNK, tv, 64 * c, (t0 + it) * BN,
-                                        b * n_kv + hk, bar, FULL_0 + st)
+                        tma.tma_load_4d(smem, at + A_E + c * CHUNK, tv, 64 * c, (t0 + it) * BN,
+                                        hk, b, bar, FULL_0 + st)
                 last = n_tiles - 1
                 tma.wait(bar, EMPTY_0 + last % STAGES, (last // STAGES) & 1)
             return
@@ -274,11 +272,10 @@ def dq_kernel(kind, d, dv):
 
 def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), scale=None,
            stream=0):
-    """As :func:`.hopper_backward.launch`, for C-contiguous do, q, k, v (their tensor maps
-    see (B·H, S, D))."""
+    """As :func:`.hopper_backward.launch`, for do, q, k, v as a tensor map takes them
+    (:func:`.tma_maps.takes`: a model's transposed views do)."""
     kind, d, dvh = checked(do, q, k, v, scale)
-    if not all(a.flags["C_CONTIGUOUS"] for a in (do, q, k, v)):
-        raise ValueError("do, q, k, v must be C-contiguous (their tensor maps see (B·H, S, D))")
+    tma_maps.mappable(do=do, q=q, k=k, v=v)
     shared = _shared(d, dvh)
 
     def main(delta, dq_acc, scale, left, right):

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from .tma import SWIZZLE_128B, check_box
+from .tma import SWIZZLE_128B, check_box, pitches_of
 from .wgmma import swizzle as _swizzle
 
 _LOCK = threading.Lock()
@@ -88,6 +88,7 @@ def wait(bar, i, parity):
 def encode_tiled(array, box_rows, box_cols, swizzle=0):
     """The simulator's tensor map: 16 uint64 words naming ``array`` (kept, not copied)."""
     check_box(array, box_rows, box_cols, swizzle)
+    pitches_of(array)  # what the driver would refuse, refused here too
     with _LOCK:
         _MAPS.append(array)
         number = len(_MAPS) - 1
@@ -108,6 +109,16 @@ def tma_load_3d(smem, j, tmap, col, row, plane, bar, i):
     p = int(plane)
     _load(smem, j, tmap, array[p] if 0 <= p < array.shape[0] else array[0, :0, :0], col, row,
           bar, i)
+
+
+def tma_load_4d(smem, j, tmap, col, row, h, b, bar, i):
+    """Plane [b, h] of a 4-D map's array: rows past it read as zeros."""
+    array = _map(tmap)
+    if array.ndim != 4:
+        raise ValueError("tmap: tma_load_4d needs the map of a 4-D array")
+    hh, bb = int(h), int(b)
+    inside = 0 <= bb < array.shape[0] and 0 <= hh < array.shape[1]
+    _load(smem, j, tmap, array[bb, hh] if inside else array[0, 0, :0, :0], col, row, bar, i)
 
 
 def _map(tmap):

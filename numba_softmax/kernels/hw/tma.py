@@ -46,6 +46,11 @@ aligned when swizzled; ``tmap``: the uint64[16] device array)::
                                             the same in plane ``plane`` of a 3-D array's
                                             map (box depth 1: rows past the plane's
                                             last are zeros, not the next plane's)
+    tma_load_4d(smem, j, tmap, col, row, h, b, bar, i)
+                                            the same in plane [b, h] of a 4-D array's
+                                            map: (B, H, S, D) attention inputs with any
+                                            strides a map takes, a model's transposed
+                                            (B, S, H, D) views among them
     fence_proxy_async()                     this thread's shared-memory writes, visible to
                                             the async proxy (wgmma, TMA stores)
     tensormap_acquire(tmap), prefetch_tensormap(tmap)
@@ -68,8 +73,8 @@ _DTYPES = {np.dtype(np.float16): "FLOAT16", np.dtype(np.uint16): "BFLOAT16",
 
 def check_box(array, box_rows, box_cols, swizzle):
     dtype = np.dtype(array.dtype)
-    if dtype not in _DTYPES or len(array.shape) not in (2, 3):
-        raise TypeError(f"array: a 2-D or 3-D float16, uint16 (bfloat16 bits) or float32 "
+    if dtype not in _DTYPES or len(array.shape) not in (2, 3, 4):
+        raise TypeError(f"array: a 2-D, 3-D or 4-D float16, uint16 (bfloat16 bits) or float32 "
                         f"array, got {dtype} with shape {array.shape}")
     if not (1 <= box_rows <= 256 and 1 <= box_cols <= 256):
         raise ValueError(f"box_rows, box_cols: 1 … 256, got {box_rows}, {box_cols}")
@@ -79,6 +84,19 @@ def check_box(array, box_rows, box_cols, swizzle):
         raise ValueError("swizzle: the 128-byte swizzle takes rows of exactly 128 bytes")
     if swizzle not in (NONE, SWIZZLE_128B):
         raise ValueError(f"swizzle: NONE or SWIZZLE_128B, got {swizzle}")
+
+
+def pitches_of(array):
+    """The byte strides a tensor map takes for ``array``, innermost first, leaving out the
+    values' own: a ValueError unless each value is next to the last in its row and every
+    other stride is a positive multiple of 16 bytes.  A dimension of extent 1 is never
+    stepped along, so its stride (which frameworks leave arbitrary) is written as 16."""
+    size = np.dtype(array.dtype).itemsize
+    pitches = [16 if n == 1 else s for n, s in zip(array.shape[:-1], array.strides[:-1])]
+    if array.strides[-1] != size or any(p % 16 or p <= 0 for p in pitches):
+        raise ValueError(f"array: rows of contiguous values and other strides positive "
+                         f"multiples of 16 bytes, got strides {array.strides}")
+    return pitches[::-1]
 
 
 if simulator_enabled():
@@ -92,6 +110,7 @@ if simulator_enabled():
         tensormap_acquire,
         tma_load_2d,
         tma_load_3d,
+        tma_load_4d,
         try_wait,
         wait,
     )
@@ -168,6 +187,23 @@ else:
 
         return types.void(smem, j, tmap, col, row, plane, bar, i), codegen
 
+    @intrinsic
+    def tma_load_4d(typingctx, smem, j, tmap, col, row, h, b, bar, i):
+        def codegen(context, builder, sig, args):
+            st, jt, mt = sig.args[:3]
+            dst = shared_address(context, builder, st, args[0], args[1], jt)
+            mp = builder.ptrtoint(array_item(context, builder, mt, args[2], [0]), _I64)
+            coords = [builder.trunc(context.cast(builder, args[n], sig.args[n], types.int64), _I32)
+                      for n in (3, 4, 5, 6)]
+            bb = shared_address(context, builder, sig.args[7], args[7], args[8], sig.args[8])
+            inline_asm(builder, ir.VoidType(), [dst, mp] + coords + [bb],
+                       "cp.async.bulk.tensor.4d.shared::cluster.global.tile"
+                       ".mbarrier::complete_tx::bytes [$0], [$1, {$2, $3, $4, $5}], [$6];",
+                       "r,l,r,r,r,r,r,~{memory}", side_effect=True)
+            return context.get_dummy_value()
+
+        return types.void(smem, j, tmap, col, row, h, b, bar, i), codegen
+
     def _map_op(text):
         @intrinsic
         def op(typingctx, tmap):
@@ -186,24 +222,21 @@ else:
 
     def encode_tiled(array, box_rows, box_cols, swizzle=NONE):
         """The tensor map of ``box_rows`` × ``box_cols`` boxes of the 2-D device ``array``
-        (row stride a multiple of 16 bytes), or of one plane of a 3-D one (planes, rows,
-        cols; plane stride a multiple of 16 bytes too), as 16 uint64 words: copy them to
-        the device.  Keep a load's first column a multiple of 16 bytes as well: a box of
-        fp16 starting at column 20 (40 bytes), three rows above the array, stopped the
-        GPU with an illegal instruction (the kernels here load at multiples of 64)."""
+        (row stride a multiple of 16 bytes), or of one plane of a 3-D or 4-D one (the
+        leading dimensions' strides multiples of 16 bytes too, in any order:
+        :func:`pitches_of`), as 16 uint64 words: copy them to the device.  Keep a load's
+        first column a multiple of 16 bytes as well: a box of fp16 starting at column 20
+        (40 bytes), three rows above the array, stopped the GPU with an illegal
+        instruction (the kernels here load at multiples of 64)."""
         import ctypes
 
         from cuda.bindings import driver as drv
 
         check_box(array, box_rows, box_cols, swizzle)
-        dtype = np.dtype(array.dtype)
+        dtype, pitches = np.dtype(array.dtype), pitches_of(array)
         rows, cols = array.shape[-2:]
-        pitches = list(array.strides[:-1])[::-1]  # row stride, then plane stride (bytes)
-        if any(p % 16 for p in pitches) or array.strides[-1] != dtype.itemsize:
-            raise ValueError("array: rows of contiguous values, 16-byte aligned row stride")
-        dims, box = [cols, rows], [box_cols, box_rows]
-        if array.ndim == 3:
-            dims, box = dims + [array.shape[0]], box + [1]
+        dims = [cols, rows] + list(array.shape[:-2])[::-1]  # innermost first
+        box = [box_cols, box_rows] + [1] * (array.ndim - 2)
         kind = getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{_DTYPES[dtype]}")
         sw = (drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzle == SWIZZLE_128B
               else drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE)
@@ -219,19 +252,19 @@ else:
         return np.frombuffer(ctypes.string_at(tmap.getPtr(), 128), np.uint64).copy()
 
 
-def example_kernel(box_rows, box_cols, swizzle=NONE, three_d=False):
-    """One block: the box at (row, col) of the map's array — of its plane ``plane``, for a
-    3-D array's map (``three_d``) — lands in shared memory by TMA, the block waits on the
-    mbarrier and copies it out to ``out`` (uint16 bits, as stored: swizzled if the map
-    swizzles).  The tests' and compile check's kernel: ``k(tmap, row, col, plane, out)``
-    (``plane`` unread for a 2-D map)."""
+def example_kernel(box_rows, box_cols, swizzle=NONE, rank=2):
+    """One block: the box at (row, col) of the map's array — of its plane ``plane`` for a
+    3-D array's map, of plane [batch, plane] for a 4-D one (``rank``) — lands in shared
+    memory by TMA, the block waits on the mbarrier and copies it out to ``out`` (uint16
+    bits, as stored: swizzled if the map swizzles).  The tests' and compile check's
+    kernel: ``k(tmap, row, col, plane, batch, out)`` (what the rank has no use for, unread)."""
     from .jit import kernel
     from .wgmma import TILE_ALIGN
 
     size = box_rows * box_cols
 
     @kernel
-    def k(tmap, row, col, plane, out):
+    def k(tmap, row, col, plane, batch, out):
         tile = cuda.shared.array(size, uint16, alignment=TILE_ALIGN)
         bar = cuda.shared.array(1, uint64)
         tid = cuda.threadIdx.x
@@ -241,7 +274,9 @@ def example_kernel(box_rows, box_cols, swizzle=NONE, three_d=False):
         cuda.syncthreads()  # the barrier is initialised before anyone waits on it
         if tid == 0:
             arrive_expect_tx(bar, 0, size * 2)
-            if three_d:
+            if rank == 4:
+                tma_load_4d(tile, 0, tmap, col, row, plane, batch, bar, 0)
+            elif rank == 3:
                 tma_load_3d(tile, 0, tmap, col, row, plane, bar, 0)
             else:
                 tma_load_2d(tile, 0, tmap, col, row, bar, 0)

@@ -12,8 +12,10 @@ only after the kernels that read it have run (an event recorded after each launc
 uses it, waited for before the slot is reused, which with 256 slots is long past).
 
     maps(specs, stream) → (device maps, slots)   specs: (array, box rows) pairs of
-                                                 C-contiguous (B, H, S, D) device arrays
+                                                 (B, H, S, D) device arrays, strided or not
     launched(slots, stream)                      after the launch that reads them
+    takes(a) → bool, mappable(name=a, …)         whether a map describes a device array
+                                                 (a ValueError naming the one it does not)
 
 Under the CUDA simulator a map names its array object (:mod:`._tma_sim`): made afresh
 each call, nothing cached.
@@ -29,9 +31,29 @@ SLOTS = 256
 WORDS = 16  # a map is 128 bytes
 
 
+def takes(a):
+    """Whether a tensor map describes the device array ``a``: values next to each other
+    along its last axis, every other stride a positive multiple of 16 bytes
+    (:func:`.tma.pitches_of`), a 16-byte aligned address."""
+    try:
+        tma.pitches_of(a)
+    except ValueError:
+        return False
+    face = getattr(a, "__cuda_array_interface__", None) or a.__array_interface__
+    return face["data"][0] % 16 == 0
+
+
+def mappable(**arrays):
+    """A ValueError naming the first of ``arrays`` that no tensor map describes."""
+    for name, a in arrays.items():
+        if not takes(a):
+            raise ValueError(f"{name}: a tensor map needs values next to each other along the "
+                             f"last axis, other strides positive multiples of 16 bytes and a "
+                             f"16-byte aligned address, got strides {a.strides}")
+
+
 def _encoded(a, rows):
-    n_b, n_h, s, d = a.shape
-    return tma.encode_tiled(a.reshape(n_b * n_h, s, d), rows, 64, tma.SWIZZLE_128B)
+    return tma.encode_tiled(a, rows, 64, tma.SWIZZLE_128B)  # 4-D: any strides a map takes
 
 
 class _Pool:
@@ -72,8 +94,10 @@ def _stream(stream):
 
 
 def maps(specs, stream=0):
-    """The device tensor maps of ``specs`` ((array, box rows) pairs) as (B·H, S, D) with
-    64-column, 128-byte-swizzled boxes, and the slots they occupy (None on the simulator)."""
+    """The device tensor maps of ``specs`` ((array, box rows) pairs: (B, H, S, D) views,
+    :func:`.tma.pitches_of`'s strides) with 64-column, 128-byte-swizzled boxes, read by
+    ``tma_load_4d(…, col, row, h, b, …)``, and the slots they occupy (None on the
+    simulator)."""
     if simulator_enabled():
         return [cuda.to_device(_encoded(a, rows)) for a, rows in specs], None
     ctx = id(cuda.current_context())  # (a Context is not hashable)
@@ -82,7 +106,7 @@ def maps(specs, stream=0):
         pool = _POOLS[ctx] = _Pool()
     s, slots = _stream(stream), []
     for a, rows in specs:
-        key = (a.__cuda_array_interface__["data"][0], a.shape, str(a.dtype), rows)
+        key = (a.__cuda_array_interface__["data"][0], a.shape, a.strides, str(a.dtype), rows)
         slots.append(pool.slot(key, a, rows, s, slots))
     return [pool.views[i] for i in slots], slots
 
