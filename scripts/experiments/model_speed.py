@@ -13,9 +13,9 @@ subprocess, since ``numba_softmax.attention`` reads ``NUMBA_SOFTMAX_HOPPER`` at 
     sdpa            attn_implementation="sdpa" (the backend torch picks: flash, cuDNN, ...)
     off             "numba_softmax", NUMBA_SOFTMAX_HOPPER=off: the mma.sync kernels (before)
     auto            "numba_softmax", NUMBA_SOFTMAX_HOPPER=auto: the wgmma forward where it
-                    applies — for C-contiguous q, k, v, so a model's strided views stay
-                    on mma.sync; ``--hopper h5`` (or any configuration) routes them too,
-                    copied for their tensor maps, and runs instead
+                    applies — for q, k, v a tensor map describes, a model's transposed
+                    views among them (loaded as they lie); ``--hopper h5`` (or any
+                    configuration) runs that one instead
 
 Prefill: ``model(ids, use_cache=False)`` under ``torch.no_grad()``, ``--batch`` × ``--seq``
 random tokens (all positions' logits, as the model computes by default; ``--last-logits``

@@ -8,7 +8,8 @@ behind a ~0.5 s GPU sleep.  The host's time per call is printed, and whether the
 finished queueing them before the GPU drained ("no wait") or waited for the GPU
 ("WAITED": something in the call — a copy from pageable memory, a free — synchronised).
 Three cases: the same arrays each call (tensor maps cached), new contiguous arrays
-(new maps each call), new strided views as a model hands over (copied, then new maps).
+(new maps each call), new transposed views as a model hands over (new maps each call,
+over the views' own strides).
 """
 
 import time
