@@ -4,6 +4,7 @@ accumulator rows and the launches' argument checks.
 
 ``visible``, ``whole``      the window's mask: of one (query, key), of a whole tile pair
 ``row_terms``, ``ds_rows``  the dQ kernels' rows' LSE and D, and dS = P ∘ (dP − D)
+``padded_rows``             hb2's per-row terms as rows a tensor map loads (a kernel)
 ``products``                the four ``wgmma`` products and the packer, waited for or started
 ``writer``                  a lane's two accumulator rows, scaled, into memory
 ``checked``                 dtype, head dims and scale of a launch
@@ -13,7 +14,7 @@ import functools
 import math
 
 import numpy as np
-from numba import float32
+from numba import cuda, float32
 
 from ..attention import hopper_fold
 from ..hw import jit
@@ -47,6 +48,26 @@ def row_terms(lse, delta, b, h, row, sq, l2, dl):
         x = lse[b, h, r] if r < sq else -math.inf
         l2[rr] = x * float32(LOG2E) if x != -math.inf else math.inf
         dl[rr] = delta[b, h, r] if r < sq else 0.0
+
+
+@functools.cache
+def padded_rows():
+    """Kernel: grid (⌈Sp/128⌉, B·H) of 128 threads.  hb2's dK/dV kernel loads each query
+    tile's LSE and D with its Q and dO tiles, by TMA, so it needs them as whole rows a map
+    describes: l2[b, h, r] = LSE·log2 e (+inf where LSE is −inf or r ≥ Sq: the row takes
+    no part) and dl[b, h, r] = D (0 past Sq), each row padded to Sp, a multiple of the
+    tile (and so of 16 bytes, a map's row stride)."""
+    @jit.kernel
+    def pad(lse, delta, l2, dl):
+        n_h, sq = lse.shape[1], lse.shape[2]
+        b, h = cuda.blockIdx.y // n_h, cuda.blockIdx.y % n_h
+        r = cuda.blockIdx.x * 128 + cuda.threadIdx.x
+        if r < l2.shape[2]:
+            x = lse[b, h, r] if r < sq else -math.inf
+            l2[b, h, r] = x * float32(LOG2E) if x != -math.inf else math.inf
+            dl[b, h, r] = delta[b, h, r] if r < sq else float32(0.0)
+
+    return pad
 
 
 @jit.device

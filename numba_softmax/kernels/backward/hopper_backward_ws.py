@@ -7,11 +7,11 @@ shape (:mod:`..attention.hopper_ws`): one consumer warpgroup and one producer wa
 
     dkdv   a block: 64 keys of one (batch, K/V head)
            producer  K_j, V_j once; then for each (query head of the group, query tile i
-                     that sees a key): wait until the stage is empty, Q_i and dO_i into it
+                     that sees a key): wait until the stage is empty, Q_i, dO_i and the
+                     rows' LSE·log2 e and D into it (rows padded to whole tiles first)
            consumer  wait until K_j, V_j have landed; per tile: wait until its stage is
-                     full, Sᵀ = K_j Q_iᵀ, dPᵀ = V_j dO_iᵀ, Pᵀ and dSᵀ (LSE_i, D_i read
-                     from memory, two values at a time), dV += Pᵀ dO_i, dK += dSᵀ Q_i,
-                     arrive on the stage's empty barrier
+                     full, Sᵀ = K_j Q_iᵀ, dPᵀ = V_j dO_iᵀ, Pᵀ and dSᵀ, dV += Pᵀ dO_i,
+                     dK += dSᵀ Q_i, arrive on the stage's empty barrier
     dq     a block: 64 query rows; Q_i, dO_i once; per key tile j the rows see, K_j and
            V_j through the ring; S, dP, dS, then dQ += dS K_j
 
@@ -37,8 +37,9 @@ from ...runtime import launcher
 from ..hw import jit, tma, tma_maps, wgmma
 from ..hw.jit import LOG2E
 from . import attention_backward_io as io
-from .hopper_backward_parts import (BM, BN, checked, ds_rows, products, row_terms, visible,
-                                    whole, writer)
+from ...runtime.launcher import scratch
+from .hopper_backward_parts import (BM, BN, checked, ds_rows, padded_rows, products, row_terms,
+                                    visible, whole, writer)
 
 STAGES = 2
 WG = 128  # the consumer warpgroup; the producer is the warp after it
@@ -82,10 +83,10 @@ def dkdv_kernel(kind, out_dtype, d, dv):
     NS, KP, ND, NV = BN // 2, BN // 16, d // 2, dv // 2
     A_E, B_E = 64 * d, 64 * dv  # a tile of D columns, of Dv columns (uint16 values)
     STAGE = A_E + B_E
-    inf = math.inf
+    TERMS, align = STAGES * 2 * BN, wgmma.TILE_ALIGN  # (closure values: constants to Numba)
 
     @jit.kernel
-    def dkdv(tq, tk, tv, tdo, lse, delta, dk, dv_out, n_h, sq, scale, left, right):
+    def dkdv(tq, tk, tv, tdo, tl, td, dk, dv_out, n_h, sq, scale, left, right):
         tid = cuda.threadIdx.x
         warp, lane = tid >> 5, tid & 31
         g, t = lane >> 2, lane & 3
@@ -101,6 +102,8 @@ def dkdv_kernel(kind, out_dtype, d, dv):
         c2 = float32(scale * LOG2E)
 
         smem = cuda.shared.array(0, uint16)  # K_j, V_j, then STAGES × (Q_i, dO_i)
+        # a stage's rows' LSE·log2 e, then their D: TMA writes them, 128-byte aligned
+        terms = cuda.shared.array(TERMS, float32, alignment=align)
         bar = cuda.shared.array(N_BARS, uint64)
         k_at = ((1024 - (wgmma.address(smem, 0) & 1023)) & 1023) >> 1
         v_at = k_at + A_E
@@ -110,6 +113,8 @@ def dkdv_kernel(kind, out_dtype, d, dv):
         if warp == WG // 32:  # the producer: lane 0 issues every load
             if lane == 0 and n_tiles > 0:
                 _acquire(tq, tk, tv, tdo)
+                tma.tensormap_acquire(tl)
+                tma.tensormap_acquire(td)
                 tma.arrive_expect_tx(bar, ONCE, 2 * STAGE)
                 for c in range(d // 64):
                     tma.tma_load_4d(smem, k_at + c * CHUNK, tk, 64 * c, j0, hk, b, bar, ONCE)
@@ -122,7 +127,11 @@ def dkdv_kernel(kind, out_dtype, d, dv):
                     h = hk * group + it // n_qt  # the query head of this tile
                     i0 = (t0 + it % n_qt) * BN
                     at = ring + st * STAGE
-                    tma.arrive_expect_tx(bar, FULL_0 + st, 2 * STAGE)
+                    tma.arrive_expect_tx(bar, FULL_0 + st, 2 * STAGE + 8 * BN)
+                    # the tile's rows' terms, beside Q_i and dO_i: no global load waits
+                    # inside the consumer's elementwise step
+                    tma.tma_load_3d(terms, st * 2 * BN, tl, i0, h, b, bar, FULL_0 + st)
+                    tma.tma_load_3d(terms, st * 2 * BN + BN, td, i0, h, b, bar, FULL_0 + st)
                     for c in range(d // 64):
                         tma.tma_load_4d(smem, at + c * CHUNK, tq, 64 * c, i0, h, b, bar,
                                         FULL_0 + st)
@@ -158,10 +167,9 @@ def dkdv_kernel(kind, out_dtype, d, dv):
             for j in range(BN // 8):
                 for e in range(2):
                     col = 8 * j + 2 * t + e
-                    r = i0 + col  # this column's query row: its LSE and D, from memory
-                    x = lse[b, h, r] if r < sq else -inf
-                    l2 = x * float32(LOG2E) if x != -inf else inf  # +inf: no part
-                    dl = delta[b, h, r] if r < sq else float32(0.0)
+                    r = i0 + col  # this column's query row: its terms, landed with Q_i
+                    l2 = terms[st * 2 * BN + col]  # LSE·log2 e (+inf: no part)
+                    dl = terms[st * 2 * BN + BN + col]  # D
                     for rr in range(2):
                         key = j0 + 16 * warp + g + 8 * rr
                         y = 4 * j + 2 * rr + e
@@ -281,13 +289,18 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), sc
     def main(delta, dq_acc, scale, left, right):
         n_b, n_h, sq = q.shape[:3]
         n_kv, sk = k.shape[1:3]
-        maps, slots = tma_maps.maps([(a, 64) for a in (q, k, v, do)], stream)
+        sp = -(-max(sq, 1) // BN) * BN  # whole tiles of per-row terms, for their maps
+        l2, dl = (scratch((n_b, n_h, sp), "float32", stream, tag) for tag in ("l2", "dl"))
+        if sq:
+            launcher.launch(padded_rows(), (-(-sp // 128), n_b * n_h), 128, stream,
+                            (lse, delta, l2, dl))
+        maps, slots = tma_maps.maps([(a, 64) for a in (q, k, v, do)] + [(l2, BN), (dl, BN)],
+                                    stream)
         launcher.launch(dkdv_kernel(kind, dk.dtype, d, dvh), (-(-sk // BM), n_b * n_kv), THREADS,
-                        stream, (*maps, lse, delta, dk, dv, n_h, sq, scale, left, right),
-                        shared=shared)
+                        stream, (*maps, dk, dv, n_h, sq, scale, left, right), shared=shared)
         if sq:
             launcher.launch(dq_kernel(kind, d, dvh), (-(-sq // BM), n_b * n_h), THREADS, stream,
-                            (*maps, lse, delta, dq_acc, n_kv, sk, scale, left, right),
+                            (*maps[:4], lse, delta, dq_acc, n_kv, sk, scale, left, right),
                             shared=shared)
         tma_maps.launched(slots, stream)
 

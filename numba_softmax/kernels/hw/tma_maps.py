@@ -12,7 +12,8 @@ only after the kernels that read it have run (an event recorded after each launc
 uses it, waited for before the slot is reused, which with 256 slots is long past).
 
     maps(specs, stream) → (device maps, slots)   specs: (array, box rows) pairs of
-                                                 (B, H, S, D) device arrays, strided or not
+                                                 (B, H, S, D) device arrays, strided or
+                                                 not, or (B, H, S) rows of per-row terms
     launched(slots, stream)                      after the launch that reads them
     takes(a) → bool, mappable(name=a, …)         whether a map describes a device array
                                                  (a ValueError naming the one it does not)
@@ -53,6 +54,8 @@ def mappable(**arrays):
 
 
 def _encoded(a, rows):
+    if a.ndim == 3:  # (B, H, S) float32 terms of each row: boxes of ``rows`` values
+        return tma.encode_tiled(a, 1, rows, tma.NONE)
     return tma.encode_tiled(a, rows, 64, tma.SWIZZLE_128B)  # 4-D: any strides a map takes
 
 
@@ -96,8 +99,9 @@ def _stream(stream):
 def maps(specs, stream=0):
     """The device tensor maps of ``specs`` ((array, box rows) pairs: (B, H, S, D) views,
     :func:`.tma.pitches_of`'s strides) with 64-column, 128-byte-swizzled boxes, read by
-    ``tma_load_4d(…, col, row, h, b, …)``, and the slots they occupy (None on the
-    simulator)."""
+    ``tma_load_4d(…, col, row, h, b, …)`` — or of (B, H, S) rows of per-row terms, boxes
+    of ``rows`` values not swizzled, read by ``tma_load_3d(…, s, h, b, …)`` — and the
+    slots they occupy (None on the simulator)."""
     if simulator_enabled():
         return [cuda.to_device(_encoded(a, rows)) for a, rows in specs], None
     ctx = id(cuda.current_context())  # (a Context is not hashable)
