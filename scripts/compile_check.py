@@ -536,14 +536,17 @@ def _backward():
     for kind, d in (("f16", 64), ("bf16", 128), ("f16", 128)):
         maps = (C(uint64, 1),) * 4
         out.append(Entry("attention_backward.hopper_ws", f"dkdv {kind} D{d}", f"{HW}:dkdv_kernel",
-                         (kind, NP[kind], d, d),
-                         maps + (A(float32, 3), C(float32, 3), A(ST[kind], 4), A(ST[kind], 4),
-                                 int64, int64, float64, int64, int64), block=160, min_cc=(9, 0),
-                         arch="a"))
+                         (kind, NP[kind], d, d),  # + the maps of the rows' LSE and D
+                         maps + maps[:2] + (A(ST[kind], 4), A(ST[kind], 4),
+                                            int64, int64, float64, int64, int64), block=160,
+                         min_cc=(9, 0), arch="a"))
         out.append(Entry("attention_backward.hopper_ws", f"dq {kind} D{d}", f"{HW}:dq_kernel",
                          (kind, d, d),
                          maps + (A(float32, 3), C(float32, 3), C(float32, 4), int64, int64,
                                  float64, int64, int64), block=160, min_cc=(9, 0), arch="a"))
+    out.append(Entry("attention_backward.hopper_ws", "padded_rows",  # (lse, delta, l2, dl)
+                     "kernels.backward.hopper_backward_parts:padded_rows", (),
+                     (A(float32, 3),) + (C(float32, 3),) * 3, block=128))
     IO = "kernels.backward.attention_backward_io"
     for d in ("f32", "f16", "bf16", "f64"):  # preprocess(do, o, delta, dq_acc)
         out.append(Entry("attention_backward.preprocess", d, f"{IO}:preprocess", (NP[d],),
