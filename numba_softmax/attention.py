@@ -179,7 +179,7 @@ def kernel_for(dtype, scale):
     return _forward if dtype == F32 or scale == 0 else _tensor_cores
 
 
-def hopper_config(d, d_v, window, softcap, slopes, arrays=()):
+def hopper_config(d, d_v, window, softcap, slopes, arrays):
     """The configuration of the wgmma kernel a one-pass fp16/bf16 call runs on (see
     ``HOPPER``), or None (mma.sync): on an sm_90 GPU (not the simulator), D and Dv 64 or
     128 (a named configuration: those it takes), no window or score modification; under

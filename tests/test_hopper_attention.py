@@ -143,6 +143,7 @@ def test_h7_takes_d64_only():
         hopper_ws.launch(z64, z64, z, z.copy(), lse, config="h7")
     assert hopper_ws.takes("h7", 64, 64) and hopper_ws.takes("h6", 128, 64)
     assert not hopper_ws.takes("h7", 64, 128)
+    assert "h7" in hopper_ws.taking(64, 64) and "h7" not in hopper_ws.taking(128, 128)
 
 
 def test_negative_scale_float32_output_and_rows_read_value_by_value():

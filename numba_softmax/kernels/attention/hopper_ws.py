@@ -90,6 +90,11 @@ def takes(config, d, dv):
     return d in dims and dv in dims
 
 
+def taking(d, dv):
+    """The configurations that run head dims D = ``d``, Dv = ``dv`` (:func:`takes`)."""
+    return [c for c in CONFIGS if takes(c, d, dv)]
+
+
 def shape(config):
     """(BM query rows a block, BN keys a tile, threads a block) of a configuration."""
     consumers, bn, regs = CONFIGS[config][:3]

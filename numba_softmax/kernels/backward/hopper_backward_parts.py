@@ -17,11 +17,11 @@ import numpy as np
 from numba import cuda, float32
 
 from ..attention import hopper_fold
+from ..attention.hopper import HEAD_DIMS
 from ..hw import jit
 from ..hw.jit import LOG2E
 
 BM, BN = 64, 64  # rows a block (one warpgroup), rows of a loop tile
-HEAD_DIMS = (64, 128)
 
 
 @jit.device
