@@ -202,6 +202,27 @@ def hopper_config(d, d_v, window, softcap, slopes, arrays):
     return HOPPER if _hopper.takes(HOPPER, d, d_v) else None
 
 
+def hopper_setting():
+    """``NUMBA_SOFTMAX_HOPPER`` as it stands (the backward's plan key holds it too)."""
+    return HOPPER
+
+
+def hopper_backward(d, d_v, softcap, slopes, arrays):
+    """Whether a fp16/bf16 attention backward runs on hb2
+    (:mod:`.kernels.backward.hopper_backward_ws`) rather than ``mma.sync``: an sm_90 GPU
+    (not the simulator), ``NUMBA_SOFTMAX_HOPPER`` not "off", D and Dv 64 or 128, no score
+    modification (windows it masks), and tensor maps that describe the device views
+    ``arrays`` (do, q, k, v) as they are — never a copy."""
+    hopper_config(64, 64, (-1, -1), None, None, ())  # an unknown setting: its ValueError
+    if HOPPER == "off" or plans.simulator_enabled() or launcher.device_limits().cc != (9, 0):
+        return False
+    if softcap or slopes is not None:
+        return False
+    if d not in _hopper.HEAD_DIMS or d_v not in _hopper.HEAD_DIMS:
+        return False
+    return all(map(_maps.takes, arrays))
+
+
 def _fill(target, result, stream):
     """Copy a finished O into the user's ``out=`` (described); returns ``out``."""
     if target.on_host:

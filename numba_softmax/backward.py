@@ -14,8 +14,10 @@ import numpy as np
 from . import checks, plans
 from .arrays import heads, kinds, ops
 from .arrays.rows import Finish, Out, Rows, check_alias
+from .attention import hopper_backward, hopper_setting
 from .kernels.backward import attention_backward as _attention_kernel
 from .kernels.backward import attention_backward_tc_launch as _tensor_cores
+from .kernels.backward import hopper_backward_ws as _hopper
 from .kernels.backward import softmax_backward_launch as _rows_kernel
 from .kernels.rows.epilogue import LOG_SOFTMAX, SOFTMAX
 
@@ -99,6 +101,10 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), sc
 
     P is rebuilt tile by tile from the forward's LSE, P = exp(scale·QKᵀ − LSE), and
     dS = P ∘ (dP − D) with D = rowsum(dO ∘ O) (:mod:`numba_softmax.kernels.backward.attention_backward`).
+    On an sm_90 GPU, float16/bfloat16 with D and Dv 64 or 128 and no soft-capping or ALiBi
+    run on the wgmma backward (:mod:`numba_softmax.kernels.backward.hopper_backward_ws`)
+    wherever tensor maps describe do, q, k, v as they lie (a model's transposed views
+    do); ``NUMBA_SOFTMAX_HOPPER=off`` keeps ``mma.sync``, as for the forward.
 
     Parameters
     ----------
@@ -131,8 +137,9 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), sc
     stream = ops.as_stream(stream)
     plan_key, plan, ptrs = None, None, None  # slopes are read on the host each call: no plan
     if alibi_slopes is None:
-        plan_key, plan, ptrs = plans.lookup(("attention_backward", causal, window, scale, softcap),
-                                            (do, q, k, v, o, lse, None), stream)
+        # the Hopper setting is in the key: a plan recorded under one is not replayed under another
+        plan_key, plan, ptrs = plans.lookup(("attention_backward", causal, window, scale, softcap,
+                                             hopper_setting()), (do, q, k, v, o, lse, None), stream)
     if plan is not None:
         return plan((do, q, k, v, o, lse, None), stream, ptrs)
     seen = plans.seen(plan_key, ptrs, 6)  # what the look-up read: each array described once
@@ -158,10 +165,14 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), sc
         lse3 = heads.view(ds["lse"], 1, stream)
         outs = [heads.output(kind, s, dtype, q, 2, stream) for s in shapes]
         alibi = None if slopes is None else ops.to_device(slopes, stream)
-        _backward_kernel(dtype, scale).launch(do4, q4, k4, v4, o4, lse3, *(dev for _, dev in outs),
-                                       causal=causal, window=window, scale=scale, stream=stream,
-                                       small=plans.simulator_enabled(), softcap=softcap,
-                                       alibi=alibi)
+        kernel = _backward_kernel(dtype, scale)
+        if kernel is _tensor_cores and hopper_backward(d, dv, softcap, slopes, (do4, q4, k4, v4)):
+            _hopper.launch(do4, q4, k4, v4, o4, lse3, *(dev for _, dev in outs), causal=causal,
+                           window=window, scale=scale, stream=stream)
+        else:
+            kernel.launch(do4, q4, k4, v4, o4, lse3, *(dev for _, dev in outs), causal=causal,
+                          window=window, scale=scale, stream=stream,
+                          small=plans.simulator_enabled(), softcap=softcap, alibi=alibi)
         return rec.done(_Grads(kind, dtype), *(buf for buf, _ in outs))
 
 

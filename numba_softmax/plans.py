@@ -12,8 +12,9 @@ GPU work itself.  So every public entry point asks this module first:
    inputs (they pay their copies anyway) and on the simulator; read in the same pass,
    the arrays' data pointers; and the plan recorded under the key (a dictionary look-up).
 2. A hit replays: allocate the outputs afresh, patch the data pointers into the recorded
-   argument lists, and launch each recorded kernel (:mod:`.runtime.replay`: one call into
-   the driver) — no typing, no wrapping.
+   argument lists (a value the call made from an array — a tensor map — is made again
+   from the new pointer: :func:`.runtime.record.derived`), and launch each recorded
+   kernel (:mod:`.runtime.replay`: one call into the driver) — no typing, no wrapping.
 3. On a miss the call takes the ordinary path inside :class:`Recorder`, which notes every
    launch (:mod:`numba_softmax.runtime.launcher`) and allocation (:mod:`.runtime.record`)
    and, if every pointer the kernels saw is accounted for (an input, a new buffer, or a
@@ -142,9 +143,10 @@ class Plan:
     def __init__(self, recipes, launches, result, result_at, keep, arrays=()):
         self.makers = [ops.allocator(r, arrays) for r in recipes]
         self.recipes, self.result, self.result_at = recipes, result, result_at
-        # (fire, [(from an input?, index, byte offset)]) per launch
-        self.launches = [(ln.fire, [(src == "in", j, delta) for src, j, delta in sources])
-                         for ln, sources in launches]
+        # (fire, [(source: "in"put, "alloc"ation or "fixed", index, byte offset, remake or
+        # None)]) per launch; a fixed pointer is its offset (a workspace's map: a slot of
+        # the ring may have been given to another map since, so it is asked for again)
+        self.launches = [(ln.fire, sources) for ln, sources in launches]
         self.keep = keep  # workspaces the launches point to stay alive with the plan
 
     def __call__(self, arrays, stream, ptrs=None):
@@ -154,8 +156,16 @@ class Plan:
         allocs = [make(stream, arrays) for make in self.makers]
         handle = int(stream) if stream else 0
         for fire, sources in self.launches:
-            fire(handle, [(ptrs[j] if is_input else allocs[j][1]) + delta
-                          for is_input, j, delta in sources])
+            values, after, taken = [], [], []
+            for src, j, delta, remake in sources:
+                ptr = delta + (ptrs[j] if src == "in" else allocs[j][1] if src == "alloc" else 0)
+                if remake is not None:  # a value made from that array (its tensor map)
+                    ptr, done = remake(ptr, stream, taken)
+                    after.append(done)
+                values.append(ptr)
+            fire(handle, values)
+            for done in after:
+                done(stream)
         out = arrays[-1] if len(arrays) > 1 else None
         return self.result(*[allocs[i][0] for i in self.result_at], out=out, stream=stream)
 
@@ -228,7 +238,12 @@ class Recorder:
                 if not hasattr(value, "__cuda_array_interface__"):
                     continue
                 ptr = flat[start + 4]
-                patches.append(_classify(ptr, start + 4, described, spans, alloc_spans, keep))
+                made = self.allocs.derived.get(ptr)  # a tensor map of an input or buffer
+                source = ptr if made is None else made[0]
+                patch = _classify(source, start + 4, described, spans, alloc_spans, keep)
+                if made is not None and patch is None:  # made from a workspace: the same
+                    patch = (start + 4, "fixed", 0, source)  # source, its map made again
+                patches.append(None if patch is None else patch + (made and made[1],))
             patches = [p for p in patches if p is not None]
             ln = replay.Launch(compiled, grid, block, shared, flat, [p[0] for p in patches])
             launches.append((ln, [p[1:] for p in patches]))

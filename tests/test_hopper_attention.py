@@ -177,8 +177,11 @@ def test_the_public_api_takes_the_wgmma_kernel_where_it_applies(monkeypatch):
 
     import numba_softmax as ns
 
+    from numba_softmax import plans
+
     api = importlib.import_module("numba_softmax.attention")  # the module, not the function
     monkeypatch.setattr(api, "HOPPER", "auto")
+    monkeypatch.setattr(plans, "_PLANS", {})  # each call below records: none replays
     calls = []
     launch = hopper_ws.launch
     monkeypatch.setattr(hopper_ws, "launch",
@@ -228,6 +231,35 @@ def test_the_public_api_takes_the_wgmma_kernel_where_it_applies(monkeypatch):
     assert len(calls) == before
     ns.attention(d64, d64, d64)
     assert calls[before:] == ["h7"]
+
+
+@pytest.mark.skipif(SIMULATOR, reason="launch plans exist on a GPU only")
+@pytest.mark.parametrize("views", [False, True], ids=["contiguous", "views"])
+def test_a_routed_call_replays_its_plan_with_maps_of_the_new_arrays(monkeypatch, views):
+    """A call "auto" routes to the wgmma forward records a launch plan like any other:
+    repeats on new arrays of the same layout (new pointers, so new tensor maps, made
+    from them by the replay) launch no kernel through hopper_ws.launch, and each gives
+    the reference's answer for its own data — a model's transposed views as well."""
+    import importlib
+
+    import numba_softmax as ns
+    from numba_softmax import plans
+
+    api = importlib.import_module("numba_softmax.attention")
+    monkeypatch.setattr(api, "HOPPER", "auto")
+    monkeypatch.setattr(plans, "_PLANS", {})
+    calls = []
+    launch = hopper_ws.launch
+    monkeypatch.setattr(hopper_ws, "launch",
+                        lambda *a, **kw: calls.append(kw["config"]) or launch(*a, **kw))
+    rng, seed = fresh()
+    for i in range(3):  # the first records, the next two replay
+        q, k, v = (random(rng, (2, h, 300, 128), F16) for h in (4, 2, 2))
+        dev = [heads_view(x) if views else cuda.to_device(x) for x in (q, k, v)]
+        o, lse = ns.attention(*dev, causal=True, return_lse=True)
+        want = R.attention(values(q), values(k), values(v), causal=True, return_lse=True)
+        check(o.copy_to_host(), lse.copy_to_host(), *want, F16, f"call {i}, seed {seed}")
+    assert calls == ["h6"] and len(plans._PLANS) == 1
 
 
 def test_an_unknown_hopper_setting_is_refused_by_name(monkeypatch):

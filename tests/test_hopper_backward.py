@@ -136,3 +136,44 @@ def test_refuses_what_it_does_not_run():
     with pytest.raises(ValueError, match="scale"):
         HB.launch(*dev, *outs, scale=0.0)
 
+
+
+@pytest.mark.skipif(SIMULATOR, reason="the API routes to the wgmma backward on an sm_90 GPU only")
+def test_the_public_backward_takes_hb2_where_it_applies(monkeypatch):
+    """ns.attention_backward on sm_90 runs hb2 for fp16 at D 64 (causal) and for a model's
+    transposed views at D 128 (GQA, a window), with the reference's gradients; repeats on
+    new arrays replay the call's launch plan — hb2's tensor maps, of the inputs and of its
+    row terms' workspace, made again by the replay: no second launch through
+    hopper_backward_ws.launch — and match their own reference; soft-capping, or
+    NUMBA_SOFTMAX_HOPPER=off, keeps mma.sync."""
+    import importlib
+
+    import numba_softmax as ns
+    from numba_softmax import plans
+
+    api = importlib.import_module("numba_softmax.attention")
+    monkeypatch.setattr(api, "HOPPER", "auto")
+    monkeypatch.setattr(plans, "_PLANS", {})
+    calls = []
+    launch = HBW.launch
+    monkeypatch.setattr(HBW, "launch", lambda *a, **kw: calls.append(1) or launch(*a, **kw))
+    rng, seed = fresh()
+    for b, hq, hkv, sq, sk, d, causal, window, views in (
+            (1, 2, 1, 150, 200, 64, True, (-1, -1), False),
+            (2, 4, 2, 130, 170, 128, False, (40, 8), True)):
+        before = len(calls)
+        for i in range(3):  # the first records, the next two replay
+            inputs, want = att_case(rng, b, hq, hkv, sq, sk, d, d, F16, causal, window, scale=0.3)
+            dev = [cuda.to_device(x) for x in inputs]
+            if views:
+                dev[:4] = [heads_view(x) for x in inputs[:4]]
+            got = ns.attention_backward(*dev, causal=causal, window=window, scale=0.3)
+            check_rule([values(x.copy_to_host()) for x in got], want,
+                       lowp_backward(inputs, F16, causal, window, 0.3),
+                       f"call {i}, D {d}, views {views}, seed {seed}", F16)
+        assert len(calls) == before + 1
+    before = len(calls)
+    ns.attention_backward(*dev, window=window, scale=0.3, softcap=5.0)
+    monkeypatch.setattr(api, "HOPPER", "off")
+    ns.attention_backward(*dev, window=window, scale=0.3)
+    assert len(calls) == before

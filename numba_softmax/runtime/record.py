@@ -3,7 +3,9 @@
 :mod:`numba_softmax.plans` records a call's kernel launches (through
 :func:`numba_softmax.runtime.launcher.recording`) and, through this module, the buffers
 the array layer allocated for it (outputs and temporaries), so that a replay can
-allocate their like again.  Outside a recording these functions only pass values through.
+allocate their like again, and the device values it made *from* an array for one launch
+(a tensor map of it: :func:`derived`), so that a replay can make them again from the new
+array.  Outside a recording these functions only pass values through.
 """
 
 import threading
@@ -29,6 +31,16 @@ def staged(dev, host):
     return dev
 
 
+def derived(ptr, source_ptr, remake):
+    """Note that the device pointer ``ptr`` a launch is handed was made from the array at
+    ``source_ptr`` for this call: a replay calls ``remake(new_source_ptr, stream, taken)``
+    → (device pointer, ``done``), and ``done(stream)`` once the launch is queued.
+    ``taken``: a list the launch's remakes share (what one has claimed, the next keeps)."""
+    notes = getattr(_state, "notes", None)
+    if notes is not None:
+        notes.derived[ptr] = (source_ptr, remake)
+
+
 def spoil(why):
     """Mark the recording in progress (if any) as not replayable."""
     notes = getattr(_state, "notes", None)
@@ -39,6 +51,7 @@ def spoil(why):
 class Notes:
     def __init__(self):
         self.allocations = []
+        self.derived = {}  # device pointer -> (source array's pointer, remake)
         self.spoiled = None
 
 

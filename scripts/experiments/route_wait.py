@@ -9,8 +9,12 @@ finished queueing them before the GPU drained ("no wait") or waited for the GPU
 ("WAITED": something in the call — a copy from pageable memory, a free — synchronised).
 Three cases: the same arrays each call (tensor maps cached), new contiguous arrays
 (new maps each call), new transposed views as a model hands over (new maps each call,
-over the views' own strides).
+over the views' own strides).  Each under ``NUMBA_SOFTMAX_HOPPER=auto`` (routed to the
+wgmma forward: the calls after the first replay a launch plan that makes the new maps)
+and ``off`` (``mma.sync``, a plan too), for the host time of routing itself.
 """
+
+import importlib
 
 import time
 
@@ -31,7 +35,7 @@ def probe(label, make, n=8):
     torch.cuda.synchronize()
     t2 = time.perf_counter()
     waited = (t1 - t0) > 0.6 * (t2 - t0)
-    print(f"{label:44s} host {1e3 * (t1 - t0) / n:7.3f} ms/call; queue drained after "
+    print(f"{label:50s} host {1e3 * (t1 - t0) / n:7.3f} ms/call; queue drained after "
           f"{1e3 * (t2 - t0):6.1f} ms -> {'WAITED' if waited else 'no wait'}", flush=True)
 
 
@@ -50,7 +54,10 @@ def arrays(strided):
 
 if __name__ == "__main__":
     print(f"# {torch.cuda.get_device_name()}")
+    api = importlib.import_module("numba_softmax.attention")
     same = arrays(False)()
-    probe("same arrays (maps cached)", lambda: same)
-    probe("new contiguous arrays each call", arrays(False))
-    probe("new strided (transposed) arrays each call", arrays(True))
+    for setting in ("auto", "off"):
+        api.HOPPER = setting  # (in the plan key: each setting records its own plans)
+        probe(f"{setting}: same arrays (maps cached)", lambda: same)
+        probe(f"{setting}: new contiguous arrays each call", arrays(False))
+        probe(f"{setting}: new strided (transposed) arrays each call", arrays(True))

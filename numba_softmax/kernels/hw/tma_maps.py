@@ -18,6 +18,11 @@ uses it, waited for before the slot is reused, which with 256 slots is long past
     takes(a) → bool, mappable(name=a, …)         whether a map describes a device array
                                                  (a ValueError naming the one it does not)
 
+A launch plan (:mod:`numba_softmax.plans`) replays a routed call without this module's
+caller: each map is noted as made from its array (:func:`.runtime.record.derived`), and a
+replay asks the pool for the map of the new pointer (same shape, strides and dtype: the
+plan's key fixed them) — found in its slot, or encoded into the next.
+
 Under the CUDA simulator a map names its array object (:mod:`._tma_sim`): made afresh
 each call, nothing cached.
 """
@@ -25,6 +30,7 @@ each call, nothing cached.
 import numpy as np
 from numba import cuda
 
+from ...runtime import record
 from ...runtime.sim import simulator_enabled
 from . import tma
 
@@ -65,6 +71,8 @@ class _Pool:
     def __init__(self):
         self.device = cuda.device_array((SLOTS, WORDS), np.uint64)
         self.views = [self.device[i] for i in range(SLOTS)]
+        self.addresses = ([] if simulator_enabled() else  # (the pool's maps on a GPU)
+                          [v.__cuda_array_interface__["data"][0] for v in self.views])
         self.host = cuda.pinned_array((SLOTS, WORDS), np.uint64)
         # (the simulator's events take no arguments; its pool serves tests of the ring)
         self.events = [cuda.event() if simulator_enabled() else cuda.event(timing=False)
@@ -92,6 +100,25 @@ class _Pool:
 _POOLS = {}  # CUDA context -> _Pool
 
 
+class _Like:
+    """What :func:`.tma.encode_tiled` reads of an array, at another address."""
+
+    def __init__(self, ptr, shape, strides, dtype):
+        self.shape, self.strides, self.dtype, self.ndim = shape, strides, dtype, len(shape)
+        self.__cuda_array_interface__ = {"data": (ptr, False)}
+
+
+def _remake(pool, shape, strides, dtype, rows):
+    """A replay's maker of the map of an array like this one at a new address."""
+    def remake(ptr, stream, taken):
+        s = _stream(stream)
+        i = pool.slot((ptr, shape, strides, str(dtype), rows),
+                      _Like(ptr, shape, strides, dtype), rows, s, taken)
+        taken.append(i)
+        return pool.addresses[i], lambda stream: pool.events[i].record(_stream(stream))
+    return remake
+
+
 def _stream(stream):
     return stream if stream else cuda.default_stream()
 
@@ -110,8 +137,11 @@ def maps(specs, stream=0):
         pool = _POOLS[ctx] = _Pool()
     s, slots = _stream(stream), []
     for a, rows in specs:
-        key = (a.__cuda_array_interface__["data"][0], a.shape, a.strides, str(a.dtype), rows)
+        ptr = a.__cuda_array_interface__["data"][0]
+        key = (ptr, a.shape, a.strides, str(a.dtype), rows)
         slots.append(pool.slot(key, a, rows, s, slots))
+        record.derived(pool.addresses[slots[-1]], ptr,
+                       _remake(pool, a.shape, a.strides, a.dtype, rows))
     return [pool.views[i] for i in slots], slots
 
 
