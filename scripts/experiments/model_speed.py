@@ -12,10 +12,10 @@ subprocess, since ``numba_softmax.attention`` reads ``NUMBA_SOFTMAX_HOPPER`` at 
 
     sdpa            attn_implementation="sdpa" (the backend torch picks: flash, cuDNN, ...)
     off             "numba_softmax", NUMBA_SOFTMAX_HOPPER=off: the mma.sync kernels (before)
-    auto            "numba_softmax", NUMBA_SOFTMAX_HOPPER=auto: the wgmma forward where it
-                    applies — for q, k, v a tensor map describes, a model's transposed
-                    views among them (loaded as they lie); ``--hopper h5`` (or any
-                    configuration) runs that one instead
+    auto            "numba_softmax", NUMBA_SOFTMAX_HOPPER=auto: the wgmma forward and
+                    backward (hb2) where they apply — for arrays a tensor map describes,
+                    a model's transposed views among them (loaded as they lie);
+                    ``--hopper h5`` (or any configuration) runs that forward instead
 
 Prefill: ``model(ids, use_cache=False)`` under ``torch.no_grad()``, ``--batch`` × ``--seq``
 random tokens (all positions' logits, as the model computes by default; ``--last-logits``
@@ -27,8 +27,9 @@ labels=ids).loss.backward()``, then ``torch.optim.SGD(lr=1e-4).step()`` and
 ``--iters`` (10).  × SDPA is SDPA's time over the configuration's: the issue's target is
 ≥ 0.8 for both the prefill and the training step.  max |Δ logits| compares the last
 position's logits (float32) of the first timed prefill with SDPA's: same weights, same
-tokens.  wgmma: of the calls that could go to the Hopper kernel, those that did (counted
-before the package's call plans take over).  FLOPs at the defaults: the linear layers
+tokens.  wgmma: of the forward calls that could go to the Hopper kernel, those that did —
+counted on the ordinary path only: a repeat of a call replays its launch plan, so each
+distinct call (layout, options) counts once.  FLOPs at the defaults: the linear layers
 2·N ≈ 0.85 GFLOP a token, causal attention 2·S·D·Hq·layers ≈ 0.13 GFLOP a token (S 4096):
 ~14 % of the FLOPs of a prefill (~15 % of a training step's), a larger share of its time.
 
