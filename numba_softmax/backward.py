@@ -131,8 +131,8 @@ def attention_backward(do, q, k, v, o, lse, *, causal=False, window=(-1, -1), sc
 
     All arrays of one kind; do, q, k, v, o of one dtype (float16, bfloat16, float32 or
     float64; float16 and bfloat16 on tensor cores, accumulated in float32), lse any float.  Returns (dq, dk, dv) in the dtype
-    and kind of q.  dQ is accumulated with atomic adds: its last bits may differ from run
-    to run.
+    and kind of q.  dQ is accumulated with atomic adds, its last bits possibly differing
+    from run to run — except on the wgmma backward, which writes each row of dQ once.
     """
     stream = ops.as_stream(stream)
     plan_key, plan, ptrs = None, None, None  # slopes are read on the host each call: no plan
