@@ -87,3 +87,22 @@ def hopper_or_simulator():
         return cuda.get_current_device().compute_capability == (9, 0)  # wgmma: sm_90a only
     except Exception:  # no GPU at all
         return False
+
+
+def routing(monkeypatch, module):
+    """For a test of the public routing to a wgmma kernel: ``NUMBA_SOFTMAX_HOPPER`` set to
+    "auto", no launch plan kept from another test (each call records anew until it
+    repeats), and ``module.launch`` wrapped to note each launch through it (the
+    configuration it names, else 1).  Returns the ``numba_softmax.attention`` module (the
+    setting is its ``HOPPER``) and the notes."""
+    import importlib
+
+    from numba_softmax import plans
+
+    api = importlib.import_module("numba_softmax.attention")  # the module, not the function
+    monkeypatch.setattr(api, "HOPPER", "auto")
+    monkeypatch.setattr(plans, "_PLANS", {})
+    calls, launch = [], module.launch
+    monkeypatch.setattr(module, "launch",
+                        lambda *a, **kw: calls.append(kw.get("config", 1)) or launch(*a, **kw))
+    return api, calls

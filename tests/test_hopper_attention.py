@@ -12,7 +12,7 @@ from numba_softmax import reference as R
 from numba_softmax.kernels.attention import hopper, hopper_ws
 
 from _attention_data import BF16, F16, F32, check, fresh, poisoned, random, values
-from _helpers import SIMULATOR, heads_view, hopper_or_simulator, sized
+from _helpers import SIMULATOR, heads_view, hopper_or_simulator, routing, sized
 
 pytestmark = pytest.mark.skipif(not hopper_or_simulator(), reason="wgmma needs sm_90 (or the simulator)")
 
@@ -173,19 +173,9 @@ def test_the_public_api_takes_the_wgmma_kernel_where_it_applies(monkeypatch):
     configuration is copied for its tensor map (still the reference); a window, or
     NUMBA_SOFTMAX_HOPPER=off, keeps mma.sync; "h3" runs h3 at D 64 too; "h7" runs h7 at
     D 64 and leaves D 128, which it does not take, on mma.sync."""
-    import importlib
-
     import numba_softmax as ns
 
-    from numba_softmax import plans
-
-    api = importlib.import_module("numba_softmax.attention")  # the module, not the function
-    monkeypatch.setattr(api, "HOPPER", "auto")
-    monkeypatch.setattr(plans, "_PLANS", {})  # each call below records: none replays
-    calls = []
-    launch = hopper_ws.launch
-    monkeypatch.setattr(hopper_ws, "launch",
-                        lambda *a, **kw: calls.append(kw["config"]) or launch(*a, **kw))
+    api, calls = routing(monkeypatch, hopper_ws)  # each call below records: none replays
     rng, seed = fresh()
     for d, config in ((64, "h7"), (128, "h6")):
         q, k, v = (random(rng, (2, 4, 200, d), F16) for _ in range(3))
@@ -240,18 +230,10 @@ def test_a_routed_call_replays_its_plan_with_maps_of_the_new_arrays(monkeypatch,
     repeats on new arrays of the same layout (new pointers, so new tensor maps, made
     from them by the replay) launch no kernel through hopper_ws.launch, and each gives
     the reference's answer for its own data — a model's transposed views as well."""
-    import importlib
-
     import numba_softmax as ns
     from numba_softmax import plans
 
-    api = importlib.import_module("numba_softmax.attention")
-    monkeypatch.setattr(api, "HOPPER", "auto")
-    monkeypatch.setattr(plans, "_PLANS", {})
-    calls = []
-    launch = hopper_ws.launch
-    monkeypatch.setattr(hopper_ws, "launch",
-                        lambda *a, **kw: calls.append(kw["config"]) or launch(*a, **kw))
+    _, calls = routing(monkeypatch, hopper_ws)
     rng, seed = fresh()
     for i in range(3):  # the first records, the next two replay
         q, k, v = (random(rng, (2, h, 300, 128), F16) for h in (4, 2, 2))

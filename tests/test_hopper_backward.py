@@ -11,7 +11,7 @@ from numba_softmax import reference as R
 from numba_softmax.kernels.backward import hopper_backward as HB
 from numba_softmax.kernels.backward import hopper_backward_ws as HBW
 
-from _helpers import SIMULATOR, heads_view, hopper_or_simulator, sized
+from _helpers import SIMULATOR, heads_view, hopper_or_simulator, routing, sized
 from test_attention_backward_tc import check_rule, lowp_backward, values
 from test_backward import BF16, F16, att_case, fresh, poisoned
 
@@ -146,17 +146,9 @@ def test_the_public_backward_takes_hb2_where_it_applies(monkeypatch):
     row terms' workspace, made again by the replay: no second launch through
     hopper_backward_ws.launch — and match their own reference; soft-capping, or
     NUMBA_SOFTMAX_HOPPER=off, keeps mma.sync."""
-    import importlib
-
     import numba_softmax as ns
-    from numba_softmax import plans
 
-    api = importlib.import_module("numba_softmax.attention")
-    monkeypatch.setattr(api, "HOPPER", "auto")
-    monkeypatch.setattr(plans, "_PLANS", {})
-    calls = []
-    launch = HBW.launch
-    monkeypatch.setattr(HBW, "launch", lambda *a, **kw: calls.append(1) or launch(*a, **kw))
+    api, calls = routing(monkeypatch, HBW)
     rng, seed = fresh()
     for b, hq, hkv, sq, sk, d, causal, window, views in (
             (1, 2, 1, 150, 200, 64, True, (-1, -1), False),
