@@ -535,13 +535,14 @@ def _backward():
     HW = "kernels.backward.hopper_backward_ws"  # hb2: TMA-fed, a producer warp
     for kind, d in (("f16", 64), ("bf16", 128), ("f16", 128)):
         maps = (C(uint64, 1),) * 4
-        out.append(Entry("attention_backward.hopper_ws", f"dkdv {kind} D{d}", f"{HW}:dkdv_kernel",
-                         (kind, NP[kind], d, d),  # + the maps of the rows' LSE and D
-                         maps + maps[:2] + (A(ST[kind], 4), A(ST[kind], 4),
+        fused = d == 64  # dQ added by the dK/dV kernel at D 64
+        out.append(Entry("attention_backward.hopper_ws", f"dkdv {kind} D{d}" + " fused" * fused,
+                         f"{HW}:dkdv_kernel", (kind, NP[kind], d, d, fused),  # + LSE, D maps
+                         maps + maps[:2] + (A(ST[kind], 4), A(ST[kind], 4), C(float32, 4),
                                             int64, int64, float64, int64, int64), block=160,
                          min_cc=(9, 0), arch="a"))
-        out.append(Entry("attention_backward.hopper_ws", f"dq {kind} D{d}", f"{HW}:dq_kernel",
-                         (kind, d, d),
+        out.append(Entry("attention_backward.hopper_ws", f"dq {kind} D{d}",
+                         "kernels.backward.hopper_backward_dq:dq_kernel", (kind, d, d),
                          maps + (A(float32, 3), C(float32, 3), C(float32, 4), int64, int64,
                                  float64, int64, int64), block=160, min_cc=(9, 0), arch="a"))
     out.append(Entry("attention_backward.hopper_ws", "padded_rows",  # (lse, delta, l2, dl)

@@ -60,7 +60,9 @@ def test_matches_the_reference(case):
         assert np.all(got[0][..., : sq - sk, :] == 0)
 
 
-HB2_CASES = sized([(1, 3, 1, 9, 20, 64, 64, True, (-1, -1), F16)],  # GQA: 3 tiles, a stage reused
+HB2_CASES = sized([(1, 3, 1, 9, 20, 64, 64, True, (-1, -1), F16),  # GQA: 3 tiles, a stage reused
+                   # 2 key blocks add dQ to the same rows; 4 tiles a block reuse both dSᵀ tiles
+                   (1, 2, 1, 70, 100, 64, 64, False, (-1, -1), BF16)],
                   [c for c in CASES if c[3] > 1])
 
 

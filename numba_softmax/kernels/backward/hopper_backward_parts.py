@@ -6,7 +6,7 @@ accumulator rows and the launches' argument checks.
 ``row_terms``, ``ds_rows``  the dQ kernels' rows' LSE and D, and dS = P ∘ (dP − D)
 ``padded_rows``             hb2's per-row terms as rows a tensor map loads (a kernel)
 ``products``                the four ``wgmma`` products and the packer, waited for or started
-``writer``                  a lane's two accumulator rows, scaled, into memory
+``writer``, ``adder``       a lane's two accumulator rows, scaled, into memory; added to it
 ``checked``                 dtype, head dims and scale of a launch
 """
 
@@ -18,7 +18,7 @@ from numba import cuda, float32
 
 from ..attention import hopper_fold
 from ..attention.hopper import HEAD_DIMS
-from ..hw import jit
+from ..hw import jit, mma
 from ..hw.jit import LOG2E
 
 BM, BN = 64, 64  # rows a block (one warpgroup), rows of a loop tile
@@ -116,6 +116,22 @@ def writer(out_dtype, width):
 
     return write
 
+
+
+@functools.cache
+def adder(width):
+    """``add(out, b, h, row, limit, acc, factor, t)``: as :func:`writer`'s ``write``, but
+    added to a float32 ``out`` (atomically, two columns an instruction: another block adds
+    to the same rows), its rows 8-byte aligned."""
+    @jit.device
+    def add(out, b, h, row, limit, acc, factor, t):
+        for rr in range(2):
+            if row + 8 * rr < limit:
+                for j in range(width // 8):
+                    mma.red_add_v2(out, b, h, row + 8 * rr, 8 * j + 2 * t,
+                                   acc[4 * j + 2 * rr] * factor, acc[4 * j + 2 * rr + 1] * factor)
+
+    return add
 
 def checked(do, q, k, v, scale):
     """The checks both backwards' launches share; returns (kind, D, Dv)."""

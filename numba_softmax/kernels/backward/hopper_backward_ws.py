@@ -1,9 +1,9 @@
 """hb2 — hb1 fed the way h2 is: TMA loads into a ring of stages, asked for by a producer warp.
 
 hb1 (:mod:`.hopper_backward`) has the block's threads copy every tile between two
-barriers, so the tensor cores wait for the copies — the forward's h1 ran at 65–97 TFLOP/s
-for that reason and h2, fed by the copy engine, at 307–455.  Here each kernel is h2's
-shape (:mod:`..attention.hopper_ws`): one consumer warpgroup and one producer warp::
+barriers, so the tensor cores wait for the copies, as the forward's h1 did before h2 fed
+it by the copy engine (docs/algorithms/hopper.md).  Here each kernel is h2's shape
+(:mod:`..attention.hopper_ws`): one consumer warpgroup and one producer warp::
 
     dkdv   a block: 64 keys of one (batch, K/V head)
            producer  K_j, V_j once; then for each (query head of the group, query tile i
@@ -11,13 +11,15 @@ shape (:mod:`..attention.hopper_ws`): one consumer warpgroup and one producer wa
                      rows' LSE·log2 e and D into it (rows padded to whole tiles first)
            consumer  wait until K_j, V_j have landed; per tile: wait until its stage is
                      full, Sᵀ = K_j Q_iᵀ, dPᵀ = V_j dO_iᵀ, Pᵀ and dSᵀ, dV += Pᵀ dO_i,
-                     dK += dSᵀ Q_i, arrive on the stage's empty barrier
-    dq     a block: 64 query rows; Q_i, dO_i once; per key tile j the rows see, K_j and
-           V_j through the ring; S, dP, dS, then dQ += dS K_j
+                     dK += dSᵀ Q_i, arrive on the stage's empty barrier; at D 64
+                     also dSᵀ into a shared tile, dS_i's rows back from it transposed
+                     (``ldmatrix.trans``), dQ_i = dS_i K_j, added to dQ's float32
+                     accumulator (``red.global.add``)
+    dq     at D 128 only (:mod:`.hopper_backward_dq`): 64 query rows a block; Q_i, dO_i
+           once; per key tile j the rows see, K_j and V_j through the ring; S, dP, dS,
+           then dQ += dS K_j
 
-    barriers   full[s]: the producer's expect + the tile's bytes; empty[s]: 128 arrivals;
-               once: the stationary tiles' bytes.  The n-th use of stage s completes
-               phase n mod 2, as in h2.
+    the ring's barriers and shared memory: :mod:`.hopper_backward_ring`
 
 The products, the packing of Pᵀ and dSᵀ into A fragments and the masks are hb1's
 (:mod:`.hopper_backward_parts`).  Tensor maps (4-D, over (B, H, S, D) with the arrays'
@@ -25,6 +27,15 @@ own strides, 128-byte swizzled, rows past a sequence's end arriving as zeros) ta
 q, k, v strided or not.  Unlike hb1, products that need not wait for each other start
 together and are waited for once: Sᵀ with dPᵀ, then dV with dK (Pᵀ and dSᵀ in two sets of
 A fragments) — two waits a tile where hb1 has four.
+
+Why dQ joins the dK/dV kernel at D 64: a separate dQ kernel computes S and dP again, seven
+products a tile pair where one kernel needs five (FlashAttention-3's shape).  A lane holds
+dSᵀ by key rows, and dQ_i = dS_i K_j needs dS by query rows, so dSᵀ goes through shared
+memory: each thread stores its part, arrives on the ``ds`` barrier, and once all 128 have,
+each warp reads its 16 query rows back transposed.  Two tiles alternate, so a tile is
+written while the one before may still be read.  Several key blocks add to one row of
+dQ, so the adds are atomic.  At D 128 the dK/dV kernel already takes 240 registers, and
+dQ's 64 more would spill: there the dQ kernel stays.
 """
 
 import functools
@@ -34,59 +45,35 @@ import numpy as np
 from numba import cuda, float32, uint16, uint32, uint64
 
 from ...runtime import launcher
-from ..hw import jit, tma, tma_maps, wgmma
+from ...runtime.launcher import scratch
+from ...runtime.sim import simulator_enabled
+from ..hw import jit, mma, tma, tma_maps, wgmma
 from ..hw.jit import LOG2E
 from . import attention_backward_io as io
-from ...runtime.launcher import scratch
-from .hopper_backward_parts import (BM, BN, checked, ds_rows, padded_rows, products, row_terms,
-                                    visible, whole, writer)
+from .hopper_backward_dq import dq_kernel
+from .hopper_backward_parts import (BM, BN, adder, checked, padded_rows, products, visible, whole,
+                                    writer)
+from .hopper_backward_ring import (CHUNK, DS, EMPTY_0, FULL_0, N_BARS, ONCE, STAGES, THREADS, WG,
+                                   acquire, barriers, shared)
 
-STAGES = 2
-WG = 128  # the consumer warpgroup; the producer is the warp after it
-THREADS = WG + 32
-CHUNK = 64 * 64  # uint16 values in one 64-wide swizzled box of 64 rows
-FULL_0, EMPTY_0, ONCE, N_BARS = 0, STAGES, 2 * STAGES, 2 * STAGES + 1  # the barriers' slots
-
-
-@jit.device
-def _barriers(bar, tid):
-    """Thread 0 sets up the ring's barriers and the stationary pair's; then every thread
-    passes a block barrier, so none arrives on or waits for one before it exists."""
-    if tid == 0:
-        for st in range(STAGES):
-            tma.mbarrier_init(bar, FULL_0 + st, 1)
-            tma.mbarrier_init(bar, EMPTY_0 + st, WG)
-        tma.mbarrier_init(bar, ONCE, 1)
-    cuda.syncthreads()
-
-
-@jit.device
-def _acquire(tq, tk, tv, tdo):
-    """The four maps, written by the host through another proxy, made visible to TMA."""
-    tma.tensormap_acquire(tq)
-    tma.tensormap_acquire(tk)
-    tma.tensormap_acquire(tv)
-    tma.tensormap_acquire(tdo)
-
-
-def _shared(d, dv):
-    """Bytes of dynamic shared memory: the stationary pair and STAGES moving pairs."""
-    return 2 * 64 * (d + dv) * (1 + STAGES) + 1024
-
+DS_LD = BN + 8  # the dSᵀ tile's row stride (uint16): 144 bytes, so that the 8 rows one
+# ldmatrix phase reads, and the 8 rows one warp's store writes, fall in different banks
 
 @functools.cache
-def dkdv_kernel(kind, out_dtype, d, dv):
-    """dK, dV of 64 keys a block; grid (⌈Sk/64⌉, B·Hkv) of 160 threads."""
+def dkdv_kernel(kind, out_dtype, d, dv, fused=False):
+    """dK, dV of 64 keys a block; grid (⌈Sk/64⌉, B·Hkv) of 160 threads.  ``fused`` (D 64):
+    dQ too, added to the float32 accumulator."""
     qk, vdo, acc_v, acc_k, pack = products(kind, d, dv, started=True)
     wait_all = wgmma.wgmma_wait(0)
-    write_k, write_v = writer(out_dtype, d), writer(out_dtype, dv)
+    write_k, write_v, add_q = writer(out_dtype, d), writer(out_dtype, dv), adder(d)
     NS, KP, ND, NV = BN // 2, BN // 16, d // 2, dv // 2
+    NQ, DSB = (ND, 2 * BN * DS_LD) if fused else (1, 2)  # dQ_i's accumulator, two dSᵀ tiles
     A_E, B_E = 64 * d, 64 * dv  # a tile of D columns, of Dv columns (uint16 values)
     STAGE = A_E + B_E
     TERMS, align = STAGES * 2 * BN, wgmma.TILE_ALIGN  # (closure values: constants to Numba)
 
     @jit.kernel
-    def dkdv(tq, tk, tv, tdo, tl, td, dk, dv_out, n_h, sq, scale, left, right):
+    def dkdv(tq, tk, tv, tdo, tl, td, dk, dv_out, dq_acc, n_h, sq, scale, left, right):
         tid = cuda.threadIdx.x
         warp, lane = tid >> 5, tid & 31
         g, t = lane >> 2, lane & 3
@@ -105,14 +92,15 @@ def dkdv_kernel(kind, out_dtype, d, dv):
         # a stage's rows' LSE·log2 e, then their D: TMA writes them, 128-byte aligned
         terms = cuda.shared.array(TERMS, float32, alignment=align)
         bar = cuda.shared.array(N_BARS, uint64)
+        dsb = cuda.shared.array(DSB, uint16, alignment=align)  # dSᵀ: keys × queries, twice
         k_at = ((1024 - (wgmma.address(smem, 0) & 1023)) & 1023) >> 1
         v_at = k_at + A_E
         ring = v_at + B_E
-        _barriers(bar, tid)
+        barriers(bar, tid)
 
         if warp == WG // 32:  # the producer: lane 0 issues every load
             if lane == 0 and n_tiles > 0:
-                _acquire(tq, tk, tv, tdo)
+                acquire(tq, tk, tv, tdo)
                 tma.tensormap_acquire(tl)
                 tma.tensormap_acquire(td)
                 tma.arrive_expect_tx(bar, ONCE, 2 * STAGE)
@@ -148,6 +136,8 @@ def dkdv_kernel(kind, out_dtype, d, dv):
         acc_dv = cuda.local.array(NV, float32)
         pf = cuda.local.array((KP, 4), uint32)  # Pᵀ as A fragments
         pfs = cuda.local.array((KP, 4), uint32)  # dSᵀ
+        dsf = cuda.local.array((KP, 4), uint32)  # dS_i's rows of the warp's queries (fused)
+        acc_dq = cuda.local.array(NQ, float32)  # dQ_i of this key block (fused)
         for x in range(ND):
             acc_dk[x] = 0.0
         for x in range(NV):
@@ -180,102 +170,36 @@ def dkdv_kernel(kind, out_dtype, d, dv):
                         dp[y] = p * (dp[y] - dl)  # dSᵀ = Pᵀ ∘ (dPᵀ − D_i)
             pack(s, pf)
             pack(dp, pfs)
+            buf = (it & 1) * BN * DS_LD  # tile it's dSᵀ buffer (fused)
+            if fused:  # dSᵀ → shared: row key, column query (before wgmma reads pfs)
+                for kk in range(KP):
+                    for r in range(4):
+                        key = 16 * warp + g + 8 * (r & 1)
+                        col = 16 * kk + 8 * (r >> 1) + 2 * t
+                        mma.st_shared_b32(dsb, buf + key * DS_LD + col, pfs[kk, r])
+                tma.arrive(bar, DS)  # this thread's part of tile it is in
             acc_v(acc_dv, pf, smem, at + A_E)  # dV += Pᵀ dO_i, started
             acc_k(acc_dk, pfs, smem, at)  # dK += dSᵀ Q_i, started beside it
-            wait_all()  # both are done: pf, pfs and the stage may be reused
+            if fused:
+                tma.wait(bar, DS, it & 1)  # every thread's part is in: the tile is whole
+                for kk in range(KP):  # lane L names row L % 8 of 8×8 block L // 8:
+                    blk = lane >> 3  # keys 16kk + 8(blk >> 1) …, queries 16·warp + 8(blk & 1) …
+                    key = 16 * kk + 8 * (blk >> 1) + (lane & 7)
+                    x = mma.ldmatrix_x4_trans(dsb, buf + key * DS_LD + 16 * warp + 8 * (blk & 1))
+                    for r in range(4):
+                        dsf[kk, r] = x[r]
+                for x in range(NQ):
+                    acc_dq[x] = 0.0
+                acc_k(acc_dq, dsf, smem, k_at)  # dQ_i = dS_i K_j, started beside them
+            wait_all()  # all are done: pf, pfs, dsf and the stage may be reused
             tma.arrive(bar, EMPTY_0 + st)  # this thread's products have read the stage
+            if fused:  # other key blocks add to the same rows
+                add_q(dq_acc, b, h, i0 + 16 * warp + g, sq, acc_dq, float32(scale), t)
 
         write_k(dk, b, hk, j0 + 16 * warp + g, sk, acc_dk, float32(scale), t)
         write_v(dv_out, b, hk, j0 + 16 * warp + g, sk, acc_dv, float32(1.0), t)
 
     return dkdv
-
-
-@functools.cache
-def dq_kernel(kind, d, dv):
-    """dQ of 64 query rows a block, into the float32 accumulator; grid (⌈Sq/64⌉, B·Hq)."""
-    qk, vdo, _, acc_k, pack = products(kind, d, dv, started=True)
-    wait_all = wgmma.wgmma_wait(0)
-    write_q = writer(np.float32, d)
-    NS, KP, ND = BN // 2, BN // 16, d // 2
-    A_E, B_E = 64 * d, 64 * dv
-    STAGE = A_E + B_E
-
-    @jit.kernel
-    def dq(tq, tk, tv, tdo, lse, delta, dq_acc, n_kv, sk, scale, left, right):
-        tid = cuda.threadIdx.x
-        warp, lane = tid >> 5, tid & 31
-        g, t = lane >> 2, lane & 3
-        n_h, sq = dq_acc.shape[1], dq_acc.shape[2]
-        b, h = cuda.blockIdx.y // n_h, cuda.blockIdx.y % n_h
-        hk = h // (n_h // n_kv)
-        i0, shift = cuda.blockIdx.x * BM, sk - sq
-        lo = 0 if left < 0 else max(0, i0 + shift - left)  # the keys some row sees
-        hi = sk if right < 0 else min(sk, i0 + BM + shift + right)
-        t0 = lo // BN
-        n_tiles = (hi - t0 * BN + BN - 1) // BN if hi > t0 * BN else 0
-        c2 = float32(scale * LOG2E)
-
-        smem = cuda.shared.array(0, uint16)  # Q_i, dO_i, then STAGES × (K_j, V_j)
-        bar = cuda.shared.array(N_BARS, uint64)
-        q_at = ((1024 - (wgmma.address(smem, 0) & 1023)) & 1023) >> 1
-        do_at = q_at + A_E
-        ring = do_at + B_E
-        _barriers(bar, tid)
-
-        if warp == WG // 32:  # the producer
-            if lane == 0 and n_tiles > 0:
-                _acquire(tq, tk, tv, tdo)
-                tma.arrive_expect_tx(bar, ONCE, 2 * STAGE)
-                for c in range(d // 64):
-                    tma.tma_load_4d(smem, q_at + c * CHUNK, tq, 64 * c, i0, h, b, bar, ONCE)
-                for c in range(dv // 64):
-                    tma.tma_load_4d(smem, do_at + c * CHUNK, tdo, 64 * c, i0, h, b, bar, ONCE)
-                for it in range(n_tiles):
-                    st = it % STAGES
-                    if it >= STAGES:
-                        tma.wait(bar, EMPTY_0 + st, ((it // STAGES) - 1) & 1)
-                    at = ring + st * STAGE
-                    tma.arrive_expect_tx(bar, FULL_0 + st, 2 * STAGE)
-                    for c in range(d // 64):
-                        tma.tma_load_4d(smem, at + c * CHUNK, tk, 64 * c, (t0 + it) * BN, hk, b,
-                                        bar, FULL_0 + st)
-                    for c in range(dv // 64):
-                        tma.tma_load_4d(smem, at + A_E + c * CHUNK, tv, 64 * c, (t0 + it) * BN,
-                                        hk, b, bar, FULL_0 + st)
-                last = n_tiles - 1
-                tma.wait(bar, EMPTY_0 + last % STAGES, (last // STAGES) & 1)
-            return
-
-        s = cuda.local.array(NS, float32)  # S, then P: s[4j + 2rr + e] is row rr, key 8j + 2t + e
-        dp = cuda.local.array(NS, float32)  # dP, then dS
-        acc = cuda.local.array(ND, float32)  # dQ
-        pf = cuda.local.array((KP, 4), uint32)
-        l2 = cuda.local.array(2, float32)  # the lane's rows' LSE·log2 e (+inf: no part)
-        dl = cuda.local.array(2, float32)  # and D
-        for x in range(ND):
-            acc[x] = 0.0
-        row_terms(lse, delta, b, h, i0 + 16 * warp + g, sq, l2, dl)
-        if n_tiles > 0:
-            tma.wait(bar, ONCE, 0)  # Q_i and dO_i have landed
-        for it in range(n_tiles):
-            st = it % STAGES
-            j0 = (t0 + it) * BN
-            at = ring + st * STAGE
-            tma.wait(bar, FULL_0 + st, (it // STAGES) & 1)  # K_j and V_j have landed
-            qk(s, smem, q_at, smem, at)  # S = Q_i K_jᵀ, started
-            vdo(dp, smem, do_at, smem, at + A_E)  # dP = dO_i V_jᵀ, started beside it
-            wait_all()  # both are done
-            inside = j0 + BN <= sk and whole(i0, j0, shift, left, right)
-            ds_rows(s, dp, l2, dl, c2, i0 + 16 * warp + g, j0, t, sk, shift, left, right, inside)
-            pack(dp, pf)
-            acc_k(acc, pf, smem, at)  # dQ += dS K_j, started
-            wait_all()  # done: pf and the stage may be reused
-            tma.arrive(bar, EMPTY_0 + st)
-
-        write_q(dq_acc, b, h, i0 + 16 * warp + g, sq, acc, float32(scale), t)
-
-    return dq
 
 
 def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), scale=None,
@@ -284,7 +208,7 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), sc
     (:func:`.tma_maps.takes`: a model's transposed views do)."""
     kind, d, dvh = checked(do, q, k, v, scale)
     tma_maps.mappable(do=do, q=q, k=k, v=v)
-    shared = _shared(d, dvh)
+    size = shared(d, dvh)
 
     def main(delta, dq_acc, scale, left, right):
         n_b, n_h, sq = q.shape[:3]
@@ -296,13 +220,23 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), sc
                             (lse, delta, l2, dl))
         maps, slots = tma_maps.maps([(a, 64) for a in (q, k, v, do)] + [(l2, BN), (dl, BN)],
                                     stream)
-        launcher.launch(dkdv_kernel(kind, dk.dtype, d, dvh), (-(-sk // BM), n_b * n_kv), THREADS,
-                        stream, (*maps, dk, dv, n_h, sq, scale, left, right), shared=shared)
-        if sq:
+        fused = d == 64 and _addable(dq_acc)
+        launcher.launch(dkdv_kernel(kind, dk.dtype, d, dvh, fused), (-(-sk // BM), n_b * n_kv),
+                        THREADS, stream, (*maps, dk, dv, dq_acc, n_h, sq, scale, left, right),
+                        shared=size)
+        if sq and not fused:
             launcher.launch(dq_kernel(kind, d, dvh), (-(-sq // BM), n_b * n_h), THREADS, stream,
                             (*maps[:4], lse, delta, dq_acc, n_kv, sk, scale, left, right),
-                            shared=shared)
+                            shared=size)
         tma_maps.launched(slots, stream)
 
     io.launch(main, do, q, k, v, o, dq, causal=causal, window=window, scale=scale,
               stream=stream, max_head_dim=128)
+
+
+def _addable(acc):
+    """Whether two-column atomic adds reach ``acc``: float32 with 8-byte-aligned pairs (the
+    io module's scratch accumulator is; a float64 or oddly strided dQ goes to the dQ kernel)."""
+    return (acc.dtype == np.float32 and acc.strides[-1] == 4
+            and all(x % 8 == 0 for x in acc.strides[:-1])
+            and (simulator_enabled() or acc.__cuda_array_interface__["data"][0] % 8 == 0))
