@@ -148,6 +148,8 @@ def kernel(kind, out_dtype, d, dv, config="h2"):
         n_h, sq = o.shape[1], o.shape[2]
         n_tq = (sq + BM - 1) // BM
         bh, tile = cuda.blockIdx.x // n_tq, cuda.blockIdx.x % n_tq
+        if causal:  # a head's last query tiles see the most keys: they start first, so that
+            tile = n_tq - 1 - tile  # the short ones fill in behind them at the grid's end
         b, h = bh // n_h, bh % n_h
         hk = h // (n_h // n_kv)  # GQA: the K/V head this query head reads
         i0, shift = tile * BM, sk - sq
