@@ -153,56 +153,41 @@ else:
     wait = _bar_op("{ .reg .pred p; WAIT: mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1; "
                    "@!p bra WAIT; }", 1)
 
-    @intrinsic
-    def tma_load_2d(typingctx, smem, j, tmap, col, row, bar, i):
-        def codegen(context, builder, sig, args):
-            st, jt, mt, ct, rt, bt, it = sig.args
-            dst = shared_address(context, builder, st, args[0], args[1], jt)
-            mp = builder.ptrtoint(array_item(context, builder, mt, args[2], [0]), _I64)  # generic
-            coords = [builder.trunc(context.cast(builder, args[n], sig.args[n], types.int64), _I32)
-                      for n in (3, 4)]
-            b = shared_address(context, builder, bt, args[5], args[6], it)
-            inline_asm(builder, ir.VoidType(), [dst, mp] + coords + [b],
-                       "cp.async.bulk.tensor.2d.shared::cluster.global.tile"
-                       ".mbarrier::complete_tx::bytes [$0], [$1, {$2, $3}], [$4];",
-                       "r,l,r,r,r,~{memory}", side_effect=True)
-            return context.get_dummy_value()
+    def _tma_load(rank):
+        """``cp.async.bulk.tensor`` of a ``rank``-D map as an intrinsic
+        f(smem, j, tmap, *coords, bar, i): ``rank`` coordinates, innermost first."""
+        regs = ", ".join(f"${n}" for n in range(2, 2 + rank))
+        text = (f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile"
+                f".mbarrier::complete_tx::bytes [$0], [$1, {{{regs}}}], [${2 + rank}];")
+        cons = "r,l," + "r," * rank + "r,~{memory}"
+        bar_at = 3 + rank  # the barrier array's argument; its index follows
 
-        return types.void(smem, j, tmap, col, row, bar, i), codegen
+        def make(typingctx, smem, j, tmap, *rest):
+            def codegen(context, builder, sig, args):
+                dst = shared_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+                mp = builder.ptrtoint(array_item(context, builder, sig.args[2], args[2], [0]),
+                                      _I64)  # the map's generic address
+                coords = [builder.trunc(context.cast(builder, args[n], sig.args[n], types.int64),
+                                        _I32) for n in range(3, bar_at)]
+                b = shared_address(context, builder, sig.args[bar_at], args[bar_at],
+                                   args[bar_at + 1], sig.args[bar_at + 1])
+                inline_asm(builder, ir.VoidType(), [dst, mp] + coords + [b], text, cons,
+                           side_effect=True)
+                return context.get_dummy_value()
 
-    @intrinsic
-    def tma_load_3d(typingctx, smem, j, tmap, col, row, plane, bar, i):
-        def codegen(context, builder, sig, args):
-            st, jt, mt = sig.args[:3]
-            dst = shared_address(context, builder, st, args[0], args[1], jt)
-            mp = builder.ptrtoint(array_item(context, builder, mt, args[2], [0]), _I64)
-            coords = [builder.trunc(context.cast(builder, args[n], sig.args[n], types.int64), _I32)
-                      for n in (3, 4, 5)]
-            b = shared_address(context, builder, sig.args[6], args[6], args[7], sig.args[7])
-            inline_asm(builder, ir.VoidType(), [dst, mp] + coords + [b],
-                       "cp.async.bulk.tensor.3d.shared::cluster.global.tile"
-                       ".mbarrier::complete_tx::bytes [$0], [$1, {$2, $3, $4}], [$5];",
-                       "r,l,r,r,r,r,~{memory}", side_effect=True)
-            return context.get_dummy_value()
+            return types.void(smem, j, tmap, *rest), codegen
 
-        return types.void(smem, j, tmap, col, row, plane, bar, i), codegen
+        # Numba types a starred parameter as one tuple: each rank spells its own out
+        if rank == 2:
+            return intrinsic(lambda typingctx, smem, j, tmap, x, y, bar, i:
+                             make(typingctx, smem, j, tmap, x, y, bar, i))
+        if rank == 3:
+            return intrinsic(lambda typingctx, smem, j, tmap, x, y, z, bar, i:
+                             make(typingctx, smem, j, tmap, x, y, z, bar, i))
+        return intrinsic(lambda typingctx, smem, j, tmap, x, y, z, w, bar, i:
+                         make(typingctx, smem, j, tmap, x, y, z, w, bar, i))
 
-    @intrinsic
-    def tma_load_4d(typingctx, smem, j, tmap, col, row, h, b, bar, i):
-        def codegen(context, builder, sig, args):
-            st, jt, mt = sig.args[:3]
-            dst = shared_address(context, builder, st, args[0], args[1], jt)
-            mp = builder.ptrtoint(array_item(context, builder, mt, args[2], [0]), _I64)
-            coords = [builder.trunc(context.cast(builder, args[n], sig.args[n], types.int64), _I32)
-                      for n in (3, 4, 5, 6)]
-            bb = shared_address(context, builder, sig.args[7], args[7], args[8], sig.args[8])
-            inline_asm(builder, ir.VoidType(), [dst, mp] + coords + [bb],
-                       "cp.async.bulk.tensor.4d.shared::cluster.global.tile"
-                       ".mbarrier::complete_tx::bytes [$0], [$1, {$2, $3, $4, $5}], [$6];",
-                       "r,l,r,r,r,r,r,~{memory}", side_effect=True)
-            return context.get_dummy_value()
-
-        return types.void(smem, j, tmap, col, row, h, b, bar, i), codegen
+    tma_load_2d, tma_load_3d, tma_load_4d = _tma_load(2), _tma_load(3), _tma_load(4)
 
     def _map_op(text):
         @intrinsic
