@@ -186,11 +186,9 @@ def hopper_config(d, d_v, window, softcap, slopes, arrays):
     "auto" only where a tensor map describes the device views ``arrays`` (q, k, v) as they
     are (:func:`.tma_maps.takes`; a copy costs more host time than the kernel saves).  An unknown
     ``NUMBA_SOFTMAX_HOPPER`` is a ValueError naming it."""
-    if HOPPER not in HOPPER_SETTINGS:
-        raise ValueError(f"NUMBA_SOFTMAX_HOPPER must be one of {HOPPER_SETTINGS}, got {HOPPER!r}")
-    if HOPPER == "off" or plans.simulator_enabled():
+    if not _on_hopper():
         return None
-    if launcher.device_limits().cc != (9, 0) or window != (-1, -1) or softcap \
+    if window != (-1, -1) or softcap \
             or slopes is not None:
         return None
     if d not in _hopper.HEAD_DIMS or d_v not in _hopper.HEAD_DIMS:
@@ -200,6 +198,15 @@ def hopper_config(d, d_v, window, softcap, slopes, arrays):
             return None
         return {128: "h6", 64: "h7"}[d] if d == d_v else "h5"
     return HOPPER if _hopper.takes(HOPPER, d, d_v) else None
+
+
+def _on_hopper():
+    """Whether the wgmma kernels may run at all: ``NUMBA_SOFTMAX_HOPPER`` not "off" (an
+    unknown setting is a ValueError naming it), an sm_90 GPU, not the simulator."""
+    if HOPPER not in HOPPER_SETTINGS:
+        raise ValueError(f"NUMBA_SOFTMAX_HOPPER must be one of {HOPPER_SETTINGS}, got {HOPPER!r}")
+    return (HOPPER != "off" and not plans.simulator_enabled()
+            and launcher.device_limits().cc == (9, 0))
 
 
 def hopper_setting():
@@ -213,8 +220,7 @@ def hopper_backward(d, d_v, softcap, slopes, arrays):
     (not the simulator), ``NUMBA_SOFTMAX_HOPPER`` not "off", D and Dv 64 or 128, no score
     modification (windows it masks), and tensor maps that describe the device views
     ``arrays`` (do, q, k, v) as they are — never a copy."""
-    hopper_config(64, 64, (-1, -1), None, None, ())  # an unknown setting: its ValueError
-    if HOPPER == "off" or plans.simulator_enabled() or launcher.device_limits().cc != (9, 0):
+    if not _on_hopper():
         return False
     if softcap or slopes is not None:
         return False

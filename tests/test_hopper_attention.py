@@ -254,6 +254,9 @@ def test_an_unknown_hopper_setting_is_refused_by_name(monkeypatch):
     q = np.zeros((1, 1, 40, 64), np.float16)  # 40 rows: one pass, where the setting is read
     with pytest.raises(ValueError, match="NUMBA_SOFTMAX_HOPPER"):
         ns.attention(q, q, q)
+    lse = np.zeros((1, 1, 40), np.float32)
+    with pytest.raises(ValueError, match="NUMBA_SOFTMAX_HOPPER"):  # the backward reads it too
+        ns.attention_backward(q, q, q, q, q, lse)
 
 
 @pytest.mark.skipif(SIMULATOR, reason="the simulator's maps are made afresh, not pooled")

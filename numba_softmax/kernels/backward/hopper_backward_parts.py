@@ -3,7 +3,7 @@ sizes, the masks, the dQ kernels' elementwise step, the products, the writer of 
 accumulator rows and the launches' argument checks.
 
 ``visible``, ``whole``      the window's mask: of one (query, key), of a whole tile pair
-``row_terms``, ``ds_rows``  the dQ kernels' rows' LSE and D, and dS = P ∘ (dP − D)
+``row_term(s)``, ``ds_rows`` a query row's LSE and D (a lane's two rows), dS = P ∘ (dP − D)
 ``padded_rows``             hb2's per-row terms as rows a tensor map loads (a kernel)
 ``products``                the four ``wgmma`` products and the packer, waited for or started
 ``writer``, ``adder``       a lane's two accumulator rows, scaled, into memory; added to it
@@ -39,33 +39,35 @@ def whole(i0, j0, shift, left, right):
 
 
 @jit.device
+def row_term(lse, delta, b, h, r, sq):
+    """Query row r's terms: (LSE·log2 e, D); (+inf, 0) for a row past Sq, and +inf for a
+    row of LSE −inf (it saw no key): such a row takes no part (P = exp2(… − inf) = 0)."""
+    x = lse[b, h, r] if r < sq else -math.inf
+    return (x * float32(LOG2E) if x != -math.inf else math.inf,
+            delta[b, h, r] if r < sq else float32(0.0))
+
+
+@jit.device
 def row_terms(lse, delta, b, h, row, sq, l2, dl):
-    """The dQ kernels' per-row terms of the lane's query rows ``row`` and ``row`` + 8:
-    LSE·log2 e into l2 (+inf for a row past Sq or of LSE −inf: it takes no part), D into
-    dl."""
+    """The dQ kernels' per-row terms (:func:`row_term`) of the lane's query rows ``row``
+    and ``row`` + 8, into l2 and dl."""
     for rr in range(2):
-        r = row + 8 * rr
-        x = lse[b, h, r] if r < sq else -math.inf
-        l2[rr] = x * float32(LOG2E) if x != -math.inf else math.inf
-        dl[rr] = delta[b, h, r] if r < sq else 0.0
+        l2[rr], dl[rr] = row_term(lse, delta, b, h, row + 8 * rr, sq)
 
 
 @functools.cache
 def padded_rows():
     """Kernel: grid (⌈Sp/128⌉, B·H) of 128 threads.  hb2's dK/dV kernel loads each query
     tile's LSE and D with its Q and dO tiles, by TMA, so it needs them as whole rows a map
-    describes: l2[b, h, r] = LSE·log2 e (+inf where LSE is −inf or r ≥ Sq: the row takes
-    no part) and dl[b, h, r] = D (0 past Sq), each row padded to Sp, a multiple of the
-    tile (and so of 16 bytes, a map's row stride)."""
+    describes: l2[b, h, r], dl[b, h, r] = :func:`row_term` of row r, each row padded to
+    Sp, a multiple of the tile (and so of 16 bytes, a map's row stride)."""
     @jit.kernel
     def pad(lse, delta, l2, dl):
         n_h, sq = lse.shape[1], lse.shape[2]
         b, h = cuda.blockIdx.y // n_h, cuda.blockIdx.y % n_h
         r = cuda.blockIdx.x * 128 + cuda.threadIdx.x
         if r < l2.shape[2]:
-            x = lse[b, h, r] if r < sq else -math.inf
-            l2[b, h, r] = x * float32(LOG2E) if x != -math.inf else math.inf
-            dl[b, h, r] = delta[b, h, r] if r < sq else float32(0.0)
+            l2[b, h, r], dl[b, h, r] = row_term(lse, delta, b, h, r, sq)
 
     return pad
 

@@ -111,9 +111,10 @@ class _Like:
 def _remake(pool, shape, strides, dtype, rows):
     """A replay's maker of the map of an array like this one at a new address."""
     def remake(ptr, stream, taken):
-        s = _stream(stream)
-        i = pool.slot((ptr, shape, strides, str(dtype), rows),
-                      _Like(ptr, shape, strides, dtype), rows, s, taken)
+        key = (ptr, shape, strides, str(dtype), rows)
+        i = pool.slot_of.get(key)  # a map in its slot already: nothing to build
+        if i is None:
+            i = pool.slot(key, _Like(ptr, shape, strides, dtype), rows, _stream(stream), taken)
         taken.append(i)
         return pool.addresses[i], lambda stream: pool.events[i].record(_stream(stream))
     return remake
