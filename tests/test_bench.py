@@ -125,6 +125,29 @@ def test_targets_judge_the_best_method_its_peers_and_the_worst_row():
     assert own.status == "met" and own.passed == "1/1"  # 3 passes in 0.06 ms: 112 %
 
 
+def test_attention_targets_read_sdpa_and_the_triton_peer_of_the_same_problem():
+    """The forward's targets: × SDPA from the derived ratio, × Triton against the peer row
+    of the same (dtype, B, H, S, D, causal); float32 and S 1024 rows hold no target."""
+    kw = dict(suite="attention", M=None, N=None, B=4, H=8, Sq=4096, Sk=4096, D=64,
+              flops=10**12)
+    rows = []
+    for causal, mine, sdpa, triton in ((False, 1.0, 0.9, 1.1), (True, 0.6, 0.45, 0.5)):
+        rows += [_row(impl="numba_softmax", dtype="float16", causal=causal, median_ms=mine, **kw),
+                 _row(impl="torch.sdpa", dtype="float16", causal=causal, median_ms=sdpa, **kw),
+                 _row(impl="triton", dtype="float16", causal=causal, median_ms=triton, **kw)]
+    rows += [_row(impl="numba_softmax", dtype="float32", causal=False, median_ms=9.0, **kw),
+             _row(impl="torch.sdpa", dtype="float32", causal=False, median_ms=1.0, **kw)]
+    results.derive(rows, Bounds(copy_gbps=3000.0))
+    got = {v.target: v for v in targets.attention(rows)}
+    first, bar, peer = (got[f"attention forward fp16/bf16, S 4096 and 16384: {t}"] for t in
+                        ("≥ 0.6× SDPA's speed (first bar)", "≥ 0.8× SDPA's speed",
+                         "≥ the Triton peer's speed"))
+    assert (first.status, first.passed) == ("met", "2/2")  # 0.9× and 0.75×; float32 left out
+    assert (bar.status, bar.passed) == ("MISSED", "1/2") and "causal: 0.75× SDPA" in bar.worst
+    assert (peer.status, peer.passed) == ("MISSED", "1/2") and "0.833× triton" in peer.worst
+    assert targets.attention([r for r in rows if r.impl != "triton"])[2].status == "not measured"
+
+
 def test_targets_at_most_and_the_table():
     """A ceiling (top-k's ≤ 20 µs at B 1) fails above it; the table names each target by
     what it measures (no issue numbers) and its worst row."""
@@ -138,8 +161,9 @@ def test_targets_at_most_and_the_table():
     line = next(ln for ln in text.splitlines() if "µs" in ln)
     assert line.startswith("softmax + top-k B 1, V 128256: ≤ 20 µs") and "MISSED" in line
     assert "#" not in text and "issue" not in text.lower()
-    every = targets.evaluate([_row(suite=s) for s in ("softmax", "backward", "decode", "topk")])
-    assert len(every) == 20 and all(v.status == "not measured" for v in every)
+    every = targets.evaluate([_row(suite=s) for s in ("softmax", "attention", "backward", "decode",
+                                                      "topk")])
+    assert len(every) == 24 and all(v.status == "not measured" for v in every)
     assert all(v.target.startswith(("softmax", "attention", "paged")) for v in every)
     assert len({v.target for v in every}) == len(every)  # no two targets share a name
     assert targets.format_targets([]) == ""

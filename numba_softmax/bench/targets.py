@@ -117,6 +117,26 @@ def softmax(results):
     return out
 
 
+def attention(results):
+    """The fp16/bf16 forward at S 4096 and 16384 (``ns.attention``: on sm_90 the wgmma
+    kernels): against SDPA, and against the Triton peer timed beside it."""
+    rows = [r for r in _kernel(results, "attention") if r.dtype != "float32"
+            and r.Sq in (4096, 16384)]
+    mine = [r for r in rows if r.impl == "numba_softmax"]
+    peer = {(r.dtype, r.B, r.H, r.Sq, r.D, r.causal): r for r in rows if r.impl == "triton"}
+    vs_triton = [dataclasses.replace(r, x_torch=p.median_ms / r.median_ms) for r in mine
+                 if (p := peer.get((r.dtype, r.B, r.H, r.Sq, r.D, r.causal))) is not None]
+    sdpa = [r for r in mine if r.x_torch]
+    return [
+        judge("attention", "attention forward fp16/bf16, S 4096 and 16384: ≥ 0.6× SDPA's speed "
+              "(first bar)", sdpa, lambda r: r.x_torch, least=0.6, unit="× SDPA"),
+        judge("attention", "attention forward fp16/bf16, S 4096 and 16384: ≥ 0.8× SDPA's speed",
+              sdpa, lambda r: r.x_torch, least=0.8, unit="× SDPA"),
+        judge("attention", "attention forward fp16/bf16, S 4096 and 16384: ≥ the Triton peer's "
+              "speed", vs_triton, lambda r: r.x_torch, least=1.0, unit="× triton"),
+    ]
+
+
 def backward(results):
     """Softmax and attention backward: against the copy and against torch / SDPA."""
     rows = _kernel(results, "backward")
@@ -137,6 +157,10 @@ def backward(results):
               unit="× SDPA"),
         judge("backward", "attention backward fp16/bf16: ≥ 0.5× SDPA backward's speed (goal)",
               [r for r in attn if r.dtype != "float32"], lambda r: r.x_torch, least=0.5,
+              unit="× SDPA"),
+        judge("backward", "attention backward fp16/bf16, S 4096 and 16384: ≥ 0.6× SDPA "
+              "backward's speed", [r for r in attn if r.dtype != "float32"
+                                   and r.Sq in (4096, 16384)], lambda r: r.x_torch, least=0.6,
               unit="× SDPA"),
     ]
 
@@ -175,8 +199,8 @@ def evaluate(results):
     """Every target of the sections this run measured."""
     suites = {r.suite for r in results}
     out = []
-    for suite, rule in (("softmax", softmax), ("backward", backward), ("decode", decode),
-                        ("topk", topk)):
+    for suite, rule in (("softmax", softmax), ("attention", attention), ("backward", backward),
+                        ("decode", decode), ("topk", topk)):
         if suite in suites:
             out += rule(results)
     return out
