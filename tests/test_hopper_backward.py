@@ -3,6 +3,8 @@ hopper_backward_ws.py), against the float64 reference with flash-attn's rule per
 rule and same-precision path): on an sm_90 GPU, and on the simulator (its wgmma twin) at
 one or two tiles.  Outputs poisoned with NaN first; data fresh every run."""
 
+import functools
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -60,10 +62,12 @@ def test_matches_the_reference(case):
         assert np.all(got[0][..., : sq - sk, :] == 0)
 
 
-HB2_CASES = sized([(1, 3, 1, 9, 20, 64, 64, True, (-1, -1), F16),  # GQA: 3 tiles, a stage reused
-                   # 2 key blocks add dQ to the same rows; 4 tiles a block reuse both dSᵀ tiles
-                   (1, 2, 1, 70, 100, 64, 64, False, (-1, -1), BF16)],
+HB2_CASES = sized([(1, 3, 1, 9, 20, 64, 64, True, (-1, -1), F16)],  # GQA: 3 tiles, a stage reused
                   [c for c in CASES if c[3] > 1])
+FUSED_CASES = sized([(1, 3, 1, 9, 20, 64, 64, True, (-1, -1), F16),
+                     # 2 key blocks add dQ to the same rows; 4 tiles a block reuse both dSᵀ tiles
+                     (1, 2, 1, 70, 100, 64, 64, False, (-1, -1), BF16)],
+                    [c for c in HB2_CASES if c[5] == 64])
 
 
 @pytest.mark.parametrize("case", HB2_CASES, ids=lambda c: "b{}-h{}-{}-sq{}-sk{}-d{}-{}{}-{}".format(
@@ -76,6 +80,19 @@ def test_hb2_matches_the_reference(case):
     got = run(inputs, causal, window, scale=0.3, launch=HBW.launch)
     lowp = lowp_backward(inputs, storage, causal, window, 0.3)
     check_rule(got, want, lowp, f"hb2, case {case}, seed {seed}", storage)
+
+
+@pytest.mark.parametrize("case", FUSED_CASES, ids=lambda c: "b{}-h{}-{}-sq{}-sk{}-d{}-{}{}-{}".format(
+    *c[:7], "-causal" if c[7] else "", "fp16" if c[9] == F16 else "bf16"))
+def test_hb2_fused_matches_the_reference(case):
+    """hb2 in one kernel at D 64: dQ_i = dS_i K_j from dSᵀ read back transposed, added
+    to the accumulator by every key block."""
+    rng, seed = fresh()
+    b, hq, hkv, sq, sk, d, dv, causal, window, storage = case
+    inputs, want = att_case(rng, b, hq, hkv, sq, sk, d, dv, storage, causal, window, scale=0.3)
+    got = run(inputs, causal, window, scale=0.3, launch=functools.partial(HBW.launch, fused=True))
+    lowp = lowp_backward(inputs, storage, causal, window, 0.3)
+    check_rule(got, want, lowp, f"hb2 fused, case {case}, seed {seed}", storage)
 
 
 @pytest.mark.parametrize("case", sized(
@@ -102,6 +119,9 @@ def test_hb2_refuses_what_no_tensor_map_describes():
     wide = cuda.to_device(np.zeros((1, 1, 4, 66), F16))  # rows 132 bytes apart
     with pytest.raises(ValueError, match="^q: a tensor map"):
         HBW.launch(dev[0], wide[:, :, :, :64], *dev[2:], *outs)
+    d128 = [cuda.to_device(np.zeros((1, 1, 4, 128), F16)) for _ in range(5)]
+    with pytest.raises(ValueError, match="^fused: .* D 64 only"):  # one kernel: D 64 alone
+        HBW.launch(*d128, dev[5], *d128[:3], fused=True)
 
 
 @pytest.mark.skipif(SIMULATOR, reason="GPU sizes: four tiles a kernel cost the simulator a minute")

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """hb1 and hb2, the wgmma attention backwards, beside b3 (the package's mma.sync
-backward) and SDPA's backward.
+backward) and SDPA's backward; at D 64 also hb2 in one kernel (``fused=True``).
 
     python scripts/experiments/hopper_bwd.py [--dtype bf16] [--out FILE] [--profile N]
 
@@ -45,11 +45,11 @@ def main():
                    help="also list each backward's N costliest GPU kernels at the first shape")
     args = p.parse_args()
     dtype = torch.float16 if args.dtype == "fp16" else torch.bfloat16
-    names = ("hb1", "hb2", "b3 (mma.sync)", "SDPA")
+    names = ("hb1", "hb2", "hb2 fused", "b3 (mma.sync)", "SDPA")
     lines = [f"{args.dtype} attention backward on {torch.cuda.get_device_name()}: ms and "
              "TFLOP/s (10·B·H·S²·D, half causal); |hb1 − b3|: max over dQ, dK, dV",
              f"{'B':>2} {'H':>3} {'S':>5} {'D':>4} {'causal':>6} "
-             + " ".join(f"{n:>14}" for n in names) + "   |hb1 − b3| |hb2 − b3|"]
+             + " ".join(f"{n:>14}" for n in names) + "   |hb1 − b3| |hb2 − b3| |fused − b3|"]
     print("\n".join(lines), flush=True)
     torch.manual_seed(0)
     bits = (lambda t: t) if dtype == torch.float16 else (lambda t: t.view(torch.uint16))
@@ -61,27 +61,31 @@ def main():
         nb = [cuda.as_cuda_array(bits(t)) for t in (do, q, k, v, o)]
         nl = cuda.as_cuda_array(lse)
         hopper_ws.launch(*nb[1:4], nb[4], nl, causal=causal, stream=stream)
-        grads = [[torch.empty_like(q) for _ in range(3)] for _ in range(3)]
+        grads = [[torch.empty_like(q) for _ in range(3)] for _ in range(4)]
         ng = [[cuda.as_cuda_array(bits(t)) for t in g] for g in grads]
         runs = [lambda _: hb.launch(*nb, nl, *ng[0], causal=causal, stream=stream),
                 lambda _: hb2.launch(*nb, nl, *ng[1], causal=causal, stream=stream),
-                lambda _: b3.launch(*nb, nl, *ng[2], causal=causal, stream=stream)]
+                (lambda _: hb2.launch(*nb, nl, *ng[2], causal=causal, stream=stream, fused=True))
+                if d == 64 else None,
+                lambda _: b3.launch(*nb, nl, *ng[3], causal=causal, stream=stream)]
         for fn in runs:
-            fn(0)
+            if fn is not None:
+                fn(0)
         torch.cuda.synchronize()
-        diffs = [max((x.float() - y.float()).abs().max().item() for x, y in zip(g, grads[2]))
-                 for g in grads[:2]]
+        diffs = [max((x.float() - y.float()).abs().max().item() for x, y in zip(g, grads[3]))
+                 if fn is not None else None for g, fn in zip(grads[:3], runs)]
         leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
         out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
         runs.append(lambda _: torch.autograd.grad(out, leaves, do, retain_graph=True))
         flops = 10 * b * h * s * s * d * (0.5 if causal else 1.0)
         lines.append(attention_row(b, h, s, d, causal, runs, flops,
-                                   "    ".join(f"{x:.1e}" for x in diffs)))
+                                   "    ".join("   —   " if x is None else f"{x:.1e}"
+                                              for x in diffs)))
         if args.profile and not profiles:  # the first shape: one call of each, profiled
             shape = f"B {b}, H {h}, S {s}, D {d}{', causal' if causal else ''}"
             profiles = [profile_lines(f"{name} at {shape}, one call",
                                       profiled(lambda fn=fn: fn(0), args.profile))
-                        for name, fn in zip(names, runs)]
+                        for name, fn in zip(names, runs) if fn is not None]
     for more in profiles:
         print("\n".join(more), flush=True)
         lines += more

@@ -11,8 +11,8 @@
 ``hopper_backward``              hb1 — the same gradients on ``wgmma`` (sm_90a): a dK/dV
                                  kernel and a dQ kernel, every operand from one swizzled copy
 ``hopper_backward_ws``           hb2 — hb1 fed by TMA through a ring of stages by a producer
-                                 warp; at D 64 one kernel, dQ added to memory beside dK, dV
-``hopper_backward_dq``           hb2's dQ kernel (D 128)
+                                 warp; at D 64 also one kernel (``fused``), dQ added to memory
+``hopper_backward_dq``           hb2's dQ kernel
 ``hopper_backward_ring``         hb2's ring: the block's shape, its barriers, shared memory
 ``hopper_backward_parts``        what hb1 and hb2 share: masks, products, dS, checks
 """

@@ -1,4 +1,4 @@
-"""hb2's dQ kernel (at D 128; at D 64 the dK/dV kernel adds dQ itself,
+"""hb2's dQ kernel (not run with ``fused``, where the dK/dV kernel adds dQ itself:
 :mod:`.hopper_backward_ws`): 64 query rows a block, Q_i and dO_i loaded once, then each
 key tile j the rows see, K_j and V_j, through the ring (:mod:`.hopper_backward_ring`)::
 

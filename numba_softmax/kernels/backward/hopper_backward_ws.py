@@ -11,13 +11,13 @@ it by the copy engine (docs/algorithms/hopper.md).  Here each kernel is h2's sha
                      rows' LSE·log2 e and D into it (rows padded to whole tiles first)
            consumer  wait until K_j, V_j have landed; per tile: wait until its stage is
                      full, Sᵀ = K_j Q_iᵀ, dPᵀ = V_j dO_iᵀ, Pᵀ and dSᵀ, dV += Pᵀ dO_i,
-                     dK += dSᵀ Q_i, arrive on the stage's empty barrier; at D 64
-                     also dSᵀ into a shared tile, dS_i's rows back from it transposed
-                     (``ldmatrix.trans``), dQ_i = dS_i K_j, added to dQ's float32
-                     accumulator (``red.global.add``)
-    dq     at D 128 only (:mod:`.hopper_backward_dq`): 64 query rows a block; Q_i, dO_i
-           once; per key tile j the rows see, K_j and V_j through the ring; S, dP, dS,
-           then dQ += dS K_j
+                     dK += dSᵀ Q_i, arrive on the stage's empty barrier; with
+                     ``fused`` (D 64) also dSᵀ into a shared tile, dS_i's rows back
+                     from it transposed (``ldmatrix.trans``), dQ_i = dS_i K_j, added
+                     to dQ's float32 accumulator (``red.global.add``)
+    dq     (not with ``fused``; :mod:`.hopper_backward_dq`) 64 query rows a block; Q_i,
+           dO_i once; per key tile j the rows see, K_j and V_j through the ring; S, dP,
+           dS, then dQ += dS K_j
 
     the ring's barriers and shared memory: :mod:`.hopper_backward_ring`
 
@@ -28,14 +28,15 @@ q, k, v strided or not.  Unlike hb1, products that need not wait for each other 
 together and are waited for once: Sᵀ with dPᵀ, then dV with dK (Pᵀ and dSᵀ in two sets of
 A fragments) — two waits a tile where hb1 has four.
 
-Why dQ joins the dK/dV kernel at D 64: a separate dQ kernel computes S and dP again, seven
-products a tile pair where one kernel needs five (FlashAttention-3's shape).  A lane holds
-dSᵀ by key rows, and dQ_i = dS_i K_j needs dS by query rows, so dSᵀ goes through shared
-memory: each thread stores its part, arrives on the ``ds`` barrier, and once all 128 have,
-each warp reads its 16 query rows back transposed.  Two tiles alternate, so a tile is
-written while the one before may still be read.  Several key blocks add to one row of
-dQ, so the adds are atomic.  At D 128 the dK/dV kernel already takes 240 registers, and
-dQ's 64 more would spill: there the dQ kernel stays.
+Why dQ may join the dK/dV kernel (``fused``): a separate dQ kernel computes S and dP again,
+seven products a tile pair where one kernel needs five (FlashAttention-3's shape).  A lane
+holds dSᵀ by key rows, and dQ_i = dS_i K_j needs dS by query rows, so dSᵀ goes through
+shared memory: each thread stores its part, arrives on the ``ds`` barrier, and once all 128
+have, each warp reads its 16 query rows back transposed.  Two tiles alternate, so a tile is
+written while the one before may still be read.  Several key blocks add to one row of dQ, so
+the adds are atomic.  Only at D 64: at D 128 the dK/dV kernel already takes 240 registers,
+and dQ's 64 more would spill.  Two kernels are the default: each row of dQ written once, and
+the form whose speed the docs have measured (docs/algorithms/hopper.md).
 """
 
 import functools
@@ -182,8 +183,8 @@ def dkdv_kernel(kind, out_dtype, d, dv, fused=False):
             acc_k(acc_dk, pfs, smem, at)  # dK += dSᵀ Q_i, started beside it
             if fused:
                 tma.wait(bar, DS, it & 1)  # every thread's part is in: the tile is whole
-                for kk in range(KP):  # lane L names row L % 8 of 8×8 block L // 8:
-                    blk = lane >> 3  # keys 16kk + 8(blk >> 1) …, queries 16·warp + 8(blk & 1) …
+                for kk in range(KP):  # lane L names row L % 8 of 8×8 block L // 8: keys
+                    blk = lane >> 3  # 16kk + 8(blk >> 1) …, queries 16·warp + 8(blk & 1) …
                     key = 16 * kk + 8 * (blk >> 1) + (lane & 7)
                     x = mma.ldmatrix_x4_trans(dsb, buf + key * DS_LD + 16 * warp + 8 * (blk & 1))
                     for r in range(4):
@@ -203,10 +204,13 @@ def dkdv_kernel(kind, out_dtype, d, dv, fused=False):
 
 
 def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), scale=None,
-           stream=0):
+           stream=0, fused=False):
     """As :func:`.hopper_backward.launch`, for do, q, k, v as a tensor map takes them
-    (:func:`.tma_maps.takes`: a model's transposed views do)."""
+    (:func:`.tma_maps.takes`: a model's transposed views do).  ``fused`` (D 64 only): dQ
+    added by the dK/dV kernel, no dQ kernel (above)."""
     kind, d, dvh = checked(do, q, k, v, scale)
+    if fused and d != 64:
+        raise ValueError(f"fused: the one-kernel form takes D 64 only, got D {d}")
     tma_maps.mappable(do=do, q=q, k=k, v=v)
     size = shared(d, dvh)
 
@@ -220,11 +224,11 @@ def launch(do, q, k, v, o, lse, dq, dk, dv, *, causal=False, window=(-1, -1), sc
                             (lse, delta, l2, dl))
         maps, slots = tma_maps.maps([(a, 64) for a in (q, k, v, do)] + [(l2, BN), (dl, BN)],
                                     stream)
-        fused = d == 64 and _addable(dq_acc)
-        launcher.launch(dkdv_kernel(kind, dk.dtype, d, dvh, fused), (-(-sk // BM), n_b * n_kv),
+        one = fused and _addable(dq_acc)
+        launcher.launch(dkdv_kernel(kind, dk.dtype, d, dvh, one), (-(-sk // BM), n_b * n_kv),
                         THREADS, stream, (*maps, dk, dv, dq_acc, n_h, sq, scale, left, right),
                         shared=size)
-        if sq and not fused:
+        if sq and not one:
             launcher.launch(dq_kernel(kind, d, dvh), (-(-sq // BM), n_b * n_h), THREADS, stream,
                             (*maps[:4], lse, delta, dq_acc, n_kv, sk, scale, left, right),
                             shared=size)
