@@ -188,8 +188,7 @@ def hopper_config(d, d_v, window, softcap, slopes, arrays):
     ``NUMBA_SOFTMAX_HOPPER`` is a ValueError naming it."""
     if not _on_hopper():
         return None
-    if window != (-1, -1) or softcap \
-            or slopes is not None:
+    if window != (-1, -1) or softcap or slopes is not None:
         return None
     if d not in _hopper.HEAD_DIMS or d_v not in _hopper.HEAD_DIMS:
         return None

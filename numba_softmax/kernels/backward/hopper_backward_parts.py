@@ -119,7 +119,6 @@ def writer(out_dtype, width):
     return write
 
 
-
 @functools.cache
 def adder(width):
     """``add(out, b, h, row, limit, acc, factor, t)``: as :func:`writer`'s ``write``, but
@@ -134,6 +133,7 @@ def adder(width):
                                    acc[4 * j + 2 * rr] * factor, acc[4 * j + 2 * rr + 1] * factor)
 
     return add
+
 
 def checked(do, q, k, v, scale):
     """The checks both backwards' launches share; returns (kind, D, Dv)."""

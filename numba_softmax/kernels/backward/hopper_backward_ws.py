@@ -60,6 +60,7 @@ from .hopper_backward_ring import (CHUNK, DS, EMPTY_0, FULL_0, N_BARS, ONCE, STA
 DS_LD = BN + 8  # the dSᵀ tile's row stride (uint16): 144 bytes, so that the 8 rows one
 # ldmatrix phase reads, and the 8 rows one warp's store writes, fall in different banks
 
+
 @functools.cache
 def dkdv_kernel(kind, out_dtype, d, dv, fused=False):
     """dK, dV of 64 keys a block; grid (⌈Sk/64⌉, B·Hkv) of 160 threads.  ``fused`` (D 64):
