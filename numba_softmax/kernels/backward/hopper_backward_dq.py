@@ -17,8 +17,8 @@ from numba import cuda, float32, uint16, uint32, uint64
 
 from ..hw import jit, tma, wgmma
 from ..hw.jit import LOG2E
-from .hopper_backward_ring import (CHUNK, EMPTY_0, FULL_0, N_BARS, ONCE, STAGES, WG, acquire,
-                                   barriers)
+from .hopper_backward_ring import (EMPTY_0, FULL_0, N_BARS, ONCE, STAGES, WG, acquire, barriers,
+                                   pair_loader)
 from .hopper_backward_parts import BM, BN, ds_rows, products, row_terms, whole, writer
 
 
@@ -28,6 +28,7 @@ def dq_kernel(kind, d, dv):
     qk, vdo, _, acc_k, pack = products(kind, d, dv, started=True)
     wait_all = wgmma.wgmma_wait(0)
     write_q = writer(np.float32, d)
+    load_pair = pair_loader(d, dv)
     NS, KP, ND = BN // 2, BN // 16, d // 2
     A_E, B_E = 64 * d, 64 * dv
     STAGE = A_E + B_E
@@ -58,22 +59,14 @@ def dq_kernel(kind, d, dv):
             if lane == 0 and n_tiles > 0:
                 acquire(tq, tk, tv, tdo)
                 tma.arrive_expect_tx(bar, ONCE, 2 * STAGE)
-                for c in range(d // 64):
-                    tma.tma_load_4d(smem, q_at + c * CHUNK, tq, 64 * c, i0, h, b, bar, ONCE)
-                for c in range(dv // 64):
-                    tma.tma_load_4d(smem, do_at + c * CHUNK, tdo, 64 * c, i0, h, b, bar, ONCE)
+                load_pair(smem, q_at, tq, tdo, i0, h, b, bar, ONCE)  # Q_i, then dO_i at do_at
                 for it in range(n_tiles):
                     st = it % STAGES
                     if it >= STAGES:
                         tma.wait(bar, EMPTY_0 + st, ((it // STAGES) - 1) & 1)
                     at = ring + st * STAGE
                     tma.arrive_expect_tx(bar, FULL_0 + st, 2 * STAGE)
-                    for c in range(d // 64):
-                        tma.tma_load_4d(smem, at + c * CHUNK, tk, 64 * c, (t0 + it) * BN, hk, b,
-                                        bar, FULL_0 + st)
-                    for c in range(dv // 64):
-                        tma.tma_load_4d(smem, at + A_E + c * CHUNK, tv, 64 * c, (t0 + it) * BN,
-                                        hk, b, bar, FULL_0 + st)
+                    load_pair(smem, at, tk, tv, (t0 + it) * BN, hk, b, bar, FULL_0 + st)
                 last = n_tiles - 1
                 tma.wait(bar, EMPTY_0 + last % STAGES, (last // STAGES) & 1)
             return

@@ -10,9 +10,13 @@ producer loads tiles by TMA into ``STAGES`` stages; the consumer reads them::
     ds         128 arrivals: every consumer thread has written its part of a tile's dSᵀ
                (the fused dK/dV/dQ kernel only)
 
+Every pair of tiles goes in by :func:`pair_loader`: D columns, then Dv columns after them.
+
 The n-th use of stage s completes phase n mod 2 of full[s] and empty[s], as in the
 forward (:mod:`..attention.hopper_ws`); the n-th tile completes phase n mod 2 of ds.
 """
+
+import functools
 
 from numba import cuda
 
@@ -46,6 +50,21 @@ def acquire(tq, tk, tv, tdo):
     tma.tensormap_acquire(tk)
     tma.tensormap_acquire(tv)
     tma.tensormap_acquire(tdo)
+
+
+@functools.cache
+def pair_loader(d, dv):
+    """``load(smem, at, ta, tb, row, h, b, bar, slot)``: 64 rows from ``row`` of head h,
+    batch b of ta (D columns) at smem[at] and of tb (Dv columns) right after it, as
+    64-wide boxes, landing on barrier ``slot`` — a stationary pair or a stage's."""
+    @jit.device
+    def load(smem, at, ta, tb, row, h, b, bar, slot):
+        for c in range(d // 64):
+            tma.tma_load_4d(smem, at + c * CHUNK, ta, 64 * c, row, h, b, bar, slot)
+        for c in range(dv // 64):
+            tma.tma_load_4d(smem, at + 64 * d + c * CHUNK, tb, 64 * c, row, h, b, bar, slot)
+
+    return load
 
 
 def shared(d, dv):

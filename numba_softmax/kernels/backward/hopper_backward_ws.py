@@ -54,8 +54,8 @@ from . import attention_backward_io as io
 from .hopper_backward_dq import dq_kernel
 from .hopper_backward_parts import (BM, BN, adder, checked, padded_rows, products, visible, whole,
                                     writer)
-from .hopper_backward_ring import (CHUNK, DS, EMPTY_0, FULL_0, N_BARS, ONCE, STAGES, THREADS, WG,
-                                   acquire, barriers, shared)
+from .hopper_backward_ring import (DS, EMPTY_0, FULL_0, N_BARS, ONCE, STAGES, THREADS, WG, acquire,
+                                   barriers, pair_loader, shared)
 
 DS_LD = BN + 8  # the dSᵀ tile's row stride (uint16): 144 bytes, so that the 8 rows one
 # ldmatrix phase reads, and the 8 rows one warp's store writes, fall in different banks
@@ -68,6 +68,7 @@ def dkdv_kernel(kind, out_dtype, d, dv, fused=False):
     qk, vdo, acc_v, acc_k, pack = products(kind, d, dv, started=True)
     wait_all = wgmma.wgmma_wait(0)
     write_k, write_v, add_q = writer(out_dtype, d), writer(out_dtype, dv), adder(d)
+    load_pair = pair_loader(d, dv)
     NS, KP, ND, NV = BN // 2, BN // 16, d // 2, dv // 2
     NQ, DSB = (ND, 2 * BN * DS_LD) if fused else (1, 2)  # dQ_i's accumulator, two dSᵀ tiles
     A_E, B_E = 64 * d, 64 * dv  # a tile of D columns, of Dv columns (uint16 values)
@@ -106,10 +107,7 @@ def dkdv_kernel(kind, out_dtype, d, dv, fused=False):
                 tma.tensormap_acquire(tl)
                 tma.tensormap_acquire(td)
                 tma.arrive_expect_tx(bar, ONCE, 2 * STAGE)
-                for c in range(d // 64):
-                    tma.tma_load_4d(smem, k_at + c * CHUNK, tk, 64 * c, j0, hk, b, bar, ONCE)
-                for c in range(dv // 64):
-                    tma.tma_load_4d(smem, v_at + c * CHUNK, tv, 64 * c, j0, hk, b, bar, ONCE)
+                load_pair(smem, k_at, tk, tv, j0, hk, b, bar, ONCE)  # K_j, then V_j at v_at
                 for it in range(n_tiles):
                     st = it % STAGES
                     if it >= STAGES:  # the consumer is done with tile it − STAGES
@@ -122,12 +120,7 @@ def dkdv_kernel(kind, out_dtype, d, dv, fused=False):
                     # inside the consumer's elementwise step
                     tma.tma_load_3d(terms, st * 2 * BN, tl, i0, h, b, bar, FULL_0 + st)
                     tma.tma_load_3d(terms, st * 2 * BN + BN, td, i0, h, b, bar, FULL_0 + st)
-                    for c in range(d // 64):
-                        tma.tma_load_4d(smem, at + c * CHUNK, tq, 64 * c, i0, h, b, bar,
-                                        FULL_0 + st)
-                    for c in range(dv // 64):
-                        tma.tma_load_4d(smem, at + A_E + c * CHUNK, tdo, 64 * c, i0, h, b, bar,
-                                        FULL_0 + st)
+                    load_pair(smem, at, tq, tdo, i0, h, b, bar, FULL_0 + st)  # Q_i, dO_i
                 last = n_tiles - 1  # stay until the last tile is read: its loads are ours
                 tma.wait(bar, EMPTY_0 + last % STAGES, (last // STAGES) & 1)
             return
